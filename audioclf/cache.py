@@ -1,0 +1,129 @@
+"""The persistent cache of decoded, resampled clips that every input_fn call and process shares.
+
+Layout under `cache_dir`:
+
+  <decode key>/                    one folder per set of decode parameters
+    entries/<kk>/<key>.f32         raw little-endian float32 samples of one file
+    splits/<split key>.json        "this split is complete": written last, atomically
+
+An entry's key hashes the file's absolute path, size and mtime, so an edited
+file gets a new entry instead of a stale one; the decode key hashes every
+decode parameter, so a new sample rate gets a new folder. Entries are written
+to a temporary name and renamed, so a reader never sees half an entry, and two
+processes filling the same cache write identical bytes under the same name.
+A split's marker is written only after every one of its entries exists, so a
+run killed while filling leaves no marker and the next run fills again: there
+are no locks to go stale. An entry of zero bytes records a file skipped under
+`on_bad_file="skip"`.
+
+  python -m audioclf.cache --data_dir=data/speech_words    # pre-fill every split
+  python -m audioclf.cache --data_dir=... --info           # what is cached
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from audioclf.manifest import Example
+from audioclf.params import Params
+
+CACHE_VERSION = 1  # Bump when the entry format changes; old folders are then ignored.
+
+
+def default_cache_dir() -> str:
+  return os.environ.get("AUDIOCLF_CACHE_DIR") or os.path.join(
+      os.path.expanduser("~"), ".cache", "audioclf")
+
+
+def _digest(*parts) -> str:
+  h = hashlib.blake2b(digest_size=16)
+  for p in parts:
+    h.update(str(p).encode("utf-8"))
+    h.update(b"\0")
+  return h.hexdigest()
+
+
+class ClipCache:
+  """Names and writes the cache files for one set of decode parameters."""
+
+  def __init__(self, params: Params):
+    self.decode_key = _digest("v", CACHE_VERSION, "sr", params.sample_rate,
+                              "q", params.resample_quality, "mono")
+    self.root = os.path.join(params.cache_dir or default_cache_dir(), self.decode_key)
+    self.entries_dir = os.path.join(self.root, "entries")
+    self.splits_dir = os.path.join(self.root, "splits")
+
+  def entry_path(self, example: Example) -> str:
+    key = _digest(example.path, example.size, example.mtime_ns)
+    return os.path.join(self.entries_dir, key[:2], key + ".f32")
+
+  def split_key(self, examples: Sequence[Example]) -> str:
+    return _digest(*sorted(self.entry_path(e) for e in examples))
+
+  def marker_path(self, examples: Sequence[Example]) -> str:
+    return os.path.join(self.splits_dir, self.split_key(examples) + ".json")
+
+  def read_marker(self, examples: Sequence[Example]) -> Optional[dict]:
+    """The completed split's record (count, skipped paths), or None when not complete."""
+    try:
+      with open(self.marker_path(examples)) as f:
+        return json.load(f)
+    except (OSError, ValueError):
+      return None  # Missing, or unreadable: fill again rather than trust it.
+
+  def prepare(self) -> None:
+    for kk in range(256):
+      os.makedirs(os.path.join(self.entries_dir, f"{kk:02x}"), exist_ok=True)
+    os.makedirs(self.splits_dir, exist_ok=True)
+
+  @staticmethod
+  def write_entry(path: str, samples: np.ndarray) -> None:
+    _atomic_write(path, np.ascontiguousarray(samples, dtype="<f4").tobytes())
+
+  def write_marker(self, examples: Sequence[Example], skipped: Sequence[str]) -> None:
+    record = {"count": len(examples), "skipped": sorted(skipped), "written": time.time()}
+    _atomic_write(self.marker_path(examples), json.dumps(record).encode("utf-8"))
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+  tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+  with open(tmp, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+class Fill:
+  """Tracks one pass that fills a split and marks the split complete when it ends.
+
+  Called from tf.data's threads, so it takes a lock; a file counts once even if
+  a pipeline sees it again.
+  """
+
+  def __init__(self, cache: ClipCache, examples: Sequence[Example]):
+    self.cache, self.examples = cache, list(examples)
+    self._done: set[bytes] = set()
+    self._skipped: list[str] = []
+    self._lock = threading.Lock()
+    self.complete = False
+
+  def record(self, entry: bytes, skipped_path: Optional[str] = None) -> None:
+    with self._lock:
+      if entry in self._done:
+        return
+      self._done.add(entry)
+      if skipped_path is not None:
+        self._skipped.append(skipped_path)
+      if len(self._done) == len(self.examples) and not self.complete:
+        self.cache.write_marker(self.examples, self._skipped)
+        self.complete = True
+        if self._skipped:
+          logging.warning("audioclf: skipped %d bad files of %d", len(self._skipped),
+                          len(self.examples))

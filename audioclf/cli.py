@@ -1,0 +1,96 @@
+"""The absl flags of every audioclf command, defined in one place and read once into Params."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Optional
+
+from absl import flags
+
+from audioclf.params import Params
+
+_HELP = {
+    "data_dir": "Folder with one sub-folder of audio files per label (Speech Commands layout).",
+    "manifest": "CSV file of path,label[,split] rows, paths relative to the CSV.",
+    "validation_percent": "Share of speakers hashed to validation when no list/CSV column says.",
+    "testing_percent": "Share of speakers hashed to test when no list/CSV column says.",
+    "sample_rate": "Rate every file is resampled to (soxr), in Hz.",
+    "clip_seconds": "Length of each example fed to the model.",
+    "cache_dir": "Persistent cache of decoded clips (default $AUDIOCLF_CACHE_DIR or ~/.cache/audioclf).",
+    "on_bad_file": "What to do with an unreadable/truncated/empty file: fail (error naming it) or skip.",
+    "resample_quality": "soxr quality recipe: QQ, LQ, MQ, HQ or VHQ.",
+    "batch_size": "Examples per batch.",
+    "shuffle_seed": "Seed of the file shuffle; unset for a new order every run.",
+    "time_shift_seconds": "Training: random shift of the clip window, in seconds.",
+    "noise_prob": "Training: chance of adding white noise to an example.",
+    "noise_snr_db": "Training: signal-to-noise ratio of that noise.",
+    "n_mels": "Mel bands of the log-mel front end.",
+    "frame_ms": "STFT window length in milliseconds.",
+    "stride_ms": "STFT hop in milliseconds.",
+    "fmin": "Lowest mel frequency in Hz.",
+    "fmax": "Highest mel frequency in Hz.",
+    "spec_augment": "Mask random time and frequency bands while training.",
+    "model": "Model family from audioclf.models.MODELS.",
+    "width": "Base number of filters.",
+    "dropout": "Dropout rate before the classifier.",
+    "engine": "Training engine: keras (model.fit) or estimator (model_to_estimator).",
+    "model_dir": "Where checkpoints, logs, labels.txt, params.json and metrics.json go.",
+    "train_steps": "Total training steps (a resumed run continues up to this count).",
+    "eval_every_steps": "Evaluate every this many steps; 0 evaluates once at the end.",
+    "learning_rate": "Optimizer learning rate.",
+    "optimizer": "adam, sgd or rmsprop.",
+    "seed": "Seed of weights and augmentation.",
+    "log_every_steps": "Log and write summaries every this many steps.",
+}
+
+
+def _base_type(tp: Any) -> type:
+  """int for Optional[int], and so on."""
+  args = [a for a in typing.get_args(tp) if a is not type(None)]
+  return args[0] if args else tp
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Defines one flag per Params field, defaulting to Params' default. Idempotent."""
+  hints = typing.get_type_hints(Params)
+  for field in dataclasses.fields(Params):
+    if field.name in flag_values:
+      continue
+    tp = _base_type(hints[field.name])
+    default, help_ = field.default, _HELP.get(field.name, field.name)
+    if tp is bool:
+      flags.DEFINE_bool(field.name, default, help_, flag_values=flag_values)
+    elif tp is int:
+      flags.DEFINE_integer(field.name, default, help_, flag_values=flag_values)
+    elif tp is float:
+      flags.DEFINE_float(field.name, default, help_, flag_values=flag_values)
+    else:
+      flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
+  for name, choices in (("on_bad_file", ("fail", "skip")), ("engine", ("keras", "estimator"))):
+    flags.register_validator(name, lambda v, c=choices: v in c,
+                             f"--{name} must be one of {choices}", flag_values=flag_values)
+
+
+def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS, **overrides: Any) -> Params:
+  """Reads the parsed flags once into a validated Params."""
+  values = {f.name: flag_values[f.name].value for f in dataclasses.fields(Params)
+            if f.name in flag_values}
+  values.update(overrides)
+  return Params(**values).validate()
+
+
+def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None:
+  """Writes `params` as an absl flagfile that `--flagfile=` reads back to equal Params."""
+  lines = [f"# {line}" for line in (header or "").splitlines()]
+  defaults = Params()
+  for field in dataclasses.fields(Params):
+    value = getattr(params, field.name)
+    if value is None or value == getattr(defaults, field.name):
+      continue
+    if isinstance(value, bool):
+      lines.append(f"--{field.name}" if value else f"--no{field.name}")
+    else:
+      lines.append(f"--{field.name}={value}")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")

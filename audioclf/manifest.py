@@ -1,0 +1,178 @@
+"""Which audio files exist, their labels and splits: a folder per label or a CSV manifest."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import os
+import re
+from typing import Iterable, Optional
+
+from absl import logging
+
+from audioclf.params import SPLITS, Params
+
+# Extensions libsndfile reads that a folder scan picks up; other files (README, .txt) are ignored.
+AUDIO_EXTENSIONS = frozenset(
+    ".wav .wave .flac .ogg .oga .opus .aif .aiff .aifc .au .snd .caf .w64 .rf64 .mp3".split())
+# Speech Commands assigns at most this many files per speaker hash bucket; we reuse its formula
+# so a folder from the real dataset splits exactly as its authors split it.
+_MAX_NUM_WAVS_PER_CLASS = 2**27 - 1
+_NOHASH = re.compile(r"_nohash_.*$")
+
+
+class DataError(ValueError):
+  """The data source is unusable: missing, empty, unlabeled, or malformed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  path: str  # Absolute.
+  label: str
+  split: str
+  size: int  # Bytes and mtime fingerprint the file for the cache.
+  mtime_ns: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+  labels: tuple[str, ...]  # Sorted vocabulary; a label's id is its index.
+  examples: tuple[Example, ...]
+  root: str  # Folder the data lives in (data_dir, or the CSV's folder).
+
+  def split(self, name: str) -> list[Example]:
+    if name not in SPLITS:
+      raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+    return [e for e in self.examples if e.split == name]
+
+  def label_id(self, label: str) -> int:
+    return self.labels.index(label)
+
+  def counts(self) -> dict[str, int]:
+    return {s: sum(e.split == s for e in self.examples) for s in SPLITS}
+
+
+def which_split(path: str, validation_percent: float, testing_percent: float) -> str:
+  """Speech Commands' split rule: a stable hash of the speaker part of the name.
+
+  Everything before `_nohash_` names the speaker, so all of a speaker's clips
+  land in the same split and a model is never tested on a voice it trained on.
+  """
+  base = _NOHASH.sub("", os.path.basename(path))
+  digest = hashlib.sha1(base.encode("utf-8")).hexdigest()
+  percent = (int(digest, 16) % (_MAX_NUM_WAVS_PER_CLASS + 1)) * (100.0 / _MAX_NUM_WAVS_PER_CLASS)
+  if percent < validation_percent:
+    return "validation"
+  if percent < validation_percent + testing_percent:
+    return "test"
+  return "train"
+
+
+def load(params: Params) -> Manifest:
+  """Builds the manifest that `params` describes (exactly one of data_dir / manifest).
+
+  Raises:
+    DataError: no source, a missing folder or file, no labels, a single class,
+      or a malformed CSV row.
+  """
+  if bool(params.data_dir) == bool(params.manifest):
+    raise DataError("set exactly one of data_dir (a folder per label) or manifest (a CSV file)")
+  if params.manifest:
+    manifest = _from_csv(params)
+  else:
+    manifest = _from_folders(params)
+  if not manifest.examples:
+    raise DataError(f"no audio files found in {params.manifest or params.data_dir}")
+  if len(manifest.labels) < 2:
+    raise DataError(
+        f"{params.manifest or params.data_dir} has a single class {list(manifest.labels)}: "
+        "a classifier needs at least two labels")
+  return manifest
+
+
+def _stat_examples(rows: Iterable[tuple[str, str, Optional[str]]], params: Params,
+                   ) -> list[Example]:
+  """Turns (path, label, split-or-None) rows into Examples, applying the bad-file policy."""
+  examples, missing, seen = [], [], set()
+  for path, label, split in rows:
+    if path in seen:
+      continue  # A file listed twice would be trained on twice and cached once.
+    seen.add(path)
+    try:
+      st = os.stat(path)
+    except OSError as e:
+      if params.on_bad_file == "fail":
+        raise DataError(f"cannot read audio file {path!r}: {e.strerror}") from e
+      missing.append(path)
+      continue
+    split = split or which_split(path, params.validation_percent, params.testing_percent)
+    examples.append(Example(path, label, split, st.st_size, st.st_mtime_ns))
+  if missing:
+    for path in missing:
+      logging.warning("audioclf: skipping missing file %s", path)
+    logging.warning("audioclf: skipped %d missing files", len(missing))
+  return examples
+
+
+def _read_list(path: str) -> set[str]:
+  if not os.path.exists(path):
+    return set()
+  with open(path) as f:
+    return {line.strip() for line in f if line.strip()}
+
+
+def _from_folders(params: Params) -> Manifest:
+  root = os.path.abspath(params.data_dir)
+  if not os.path.isdir(root):
+    raise DataError(f"data_dir {params.data_dir!r} does not exist or is not a folder")
+  validation = _read_list(os.path.join(root, "validation_list.txt"))
+  testing = _read_list(os.path.join(root, "testing_list.txt"))
+  has_lists = bool(validation or testing)
+
+  rows = []
+  # Folders starting with "_" (Speech Commands' _background_noise_) or "." hold no labels.
+  labels = sorted(d.name for d in os.scandir(root)
+                  if d.is_dir() and not d.name.startswith(("_", ".")))
+  for label in labels:
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, label)):
+      dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+      for name in sorted(filenames):
+        if os.path.splitext(name)[1].lower() not in AUDIO_EXTENSIONS:
+          continue
+        path = os.path.join(dirpath, name)
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        split = None
+        if has_lists:
+          split = "validation" if rel in validation else "test" if rel in testing else "train"
+        rows.append((path, label, split))
+  examples = _stat_examples(rows, params)
+  used = tuple(sorted({e.label for e in examples}))
+  if not used:
+    raise DataError(f"data_dir {root!r} holds no label folders with audio files "
+                    "(expected <data_dir>/<label>/<file>.wav)")
+  return Manifest(used, tuple(examples), root)
+
+
+def _from_csv(params: Params) -> Manifest:
+  path = os.path.abspath(params.manifest)
+  if not os.path.isfile(path):
+    raise DataError(f"manifest {params.manifest!r} does not exist")
+  root = os.path.dirname(path)
+  rows = []
+  with open(path, newline="") as f:
+    reader = csv.reader(f)
+    for lineno, row in enumerate(reader, start=1):
+      row = [c.strip() for c in row]
+      if not row or not any(row) or row[0].startswith("#"):
+        continue
+      if lineno == 1 and row[0].lower() == "path":
+        continue  # Header.
+      if len(row) not in (2, 3) or not row[0] or not row[1]:
+        raise DataError(f"{path}:{lineno}: expected 'path,label[,split]', got {row}")
+      split = row[2] if len(row) == 3 and row[2] else None
+      if split is not None and split not in SPLITS:
+        raise DataError(f"{path}:{lineno}: split must be one of {SPLITS}, got {split!r}")
+      rows.append((os.path.normpath(os.path.join(root, row[0])), row[1], split))
+  examples = _stat_examples(rows, params)
+  return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), root)
