@@ -22,6 +22,7 @@ are no locks to go stale. An entry of zero bytes records a file skipped under
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
+from audioclf import decode
 from audioclf.manifest import Example
 from audioclf.params import Params
 
@@ -101,29 +103,83 @@ def _atomic_write(path: str, data: bytes) -> None:
 
 
 class Fill:
-  """Tracks one pass that fills a split and marks the split complete when it ends.
+  """One pass that fills a split; marks the split complete when every file is stored.
 
-  Called from tf.data's threads, so it takes a lock; a file counts once even if
-  a pipeline sees it again.
+  Its methods run on tf.data's threads (through tf.numpy_function), so shared
+  state sits behind a lock, and a file counts once however often it is seen.
+
+  Once `finish_at` files are stored, the call that stored the last of them
+  decodes whatever is left before it returns. Training drops the last partial
+  batch of an epoch, so a run of exactly one epoch of steps would otherwise
+  stop with a few files never decoded and the split never marked complete.
   """
 
-  def __init__(self, cache: ClipCache, examples: Sequence[Example]):
-    self.cache, self.examples = cache, list(examples)
+  def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params,
+               finish_at: Optional[int] = None):
+    self.cache, self.params = cache, params
+    self.examples = list(examples)
+    self.paths = {cache.entry_path(e).encode(): e.path for e in self.examples}
+    self.finish_at = len(self.examples) if finish_at is None else finish_at
     self._done: set[bytes] = set()
     self._skipped: list[str] = []
     self._lock = threading.Lock()
+    self._finishing = False
     self.complete = False
 
-  def record(self, entry: bytes, skipped_path: Optional[str] = None) -> None:
+  def decode_and_store(self, entry: bytes) -> np.ndarray:
+    """Decodes the entry's file with soundfile + soxr and stores it; [] for a skipped file."""
+    path = self.paths[entry]
+    try:
+      samples = decode.decode_file(path, self.params.sample_rate, self.params.resample_quality)
+    except decode.BadAudioError as e:
+      if self.params.on_bad_file != "skip":
+        raise
+      logging.warning("audioclf: skipping %s", e)
+      samples = np.zeros(0, np.float32)
+      ClipCache.write_entry(entry.decode(), samples)
+      self._record(entry, skipped=True)
+      return samples
+    ClipCache.write_entry(entry.decode(), samples)
+    self._record(entry)
+    return samples
+
+  def store(self, entry: bytes, samples: np.ndarray) -> np.int64:
+    """Stores samples decoded elsewhere (the native WAV path)."""
+    ClipCache.write_entry(entry.decode(), samples)
+    self._record(entry)
+    return np.int64(samples.shape[0])
+
+  def reuse(self, entry: bytes, size: np.int64) -> np.int64:
+    """Counts an entry an earlier, unfinished fill already wrote (zero samples: skipped)."""
+    self._record(entry, skipped=size == 0, decoded=False)
+    return size
+
+  def _record(self, entry: bytes, skipped: bool = False, decoded: bool = True) -> None:
+    finish = False
     with self._lock:
+      if decoded:
+        _STATS["decoded"] += 1
       if entry in self._done:
         return
       self._done.add(entry)
-      if skipped_path is not None:
-        self._skipped.append(skipped_path)
+      if skipped:
+        self._skipped.append(self.paths[entry])
       if len(self._done) == len(self.examples) and not self.complete:
         self.cache.write_marker(self.examples, self._skipped)
         self.complete = True
         if self._skipped:
           logging.warning("audioclf: skipped %d bad files of %d", len(self._skipped),
                           len(self.examples))
+      elif len(self._done) >= self.finish_at and not self._finishing:
+        self._finishing = finish = True
+    if finish:
+      for entry in [k for k in self.paths if k not in self._done]:
+        self.decode_and_store(entry)
+
+
+_STATS: collections.Counter = collections.Counter()
+
+
+def decode_count() -> int:
+  """Files decoded (not read from the cache) by this process so far."""
+  return _STATS["decoded"]

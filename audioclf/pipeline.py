@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Optional, Sequence
 
 import numpy as np
@@ -95,7 +94,10 @@ def clip_dataset(params: Params, examples: Sequence[Example], labels: Sequence[i
 
   # Cold: this pass decodes and fills; with `repeat`, later epochs read what it wrote.
   cache.prepare()
-  fill = Fill(cache, examples)
+  # Training drops an epoch's last partial batch (see input_fn); the fill
+  # finishes the files that batch would hold as soon as the rest are stored.
+  finish_at = len(examples) - len(examples) % params.batch_size if repeat else None
+  fill = Fill(cache, examples, params, finish_at=finish_at)
   entries = [cache.entry_path(e) for e in examples]
   first = _decode_and_fill(examples, entries, labels, params, fill, shuffle=repeat)
   if not repeat:
@@ -114,6 +116,10 @@ def _file_order(ds: tf.data.Dataset, n: int, params: Params, shuffle: bool) -> t
   return ds
 
 
+def _read_entry(path: tf.Tensor) -> tf.Tensor:
+  return tf.io.decode_raw(tf.io.read_file(path), tf.float32)
+
+
 def _cached(entries: Sequence[str], labels: Sequence[int], params: Params,
             repeat: bool) -> tf.data.Dataset:
   ds = tf.data.Dataset.from_tensor_slices((list(entries), np.asarray(labels, np.int32)))
@@ -121,66 +127,53 @@ def _cached(entries: Sequence[str], labels: Sequence[int], params: Params,
   # Repeat before the map, so reading overlaps the epoch boundary instead of draining.
   if repeat:
     ds = ds.repeat()
-  return ds.map(lambda path, y: (tf.io.decode_raw(tf.io.read_file(path), tf.float32), y),
-                num_parallel_calls=AUTOTUNE)
+  return ds.map(lambda path, y: (_read_entry(path), y), num_parallel_calls=AUTOTUNE)
 
 
 def _decode_and_fill(examples: Sequence[Example], entries: Sequence[str], labels: Sequence[int],
                      params: Params, fill: Fill, shuffle: bool) -> tf.data.Dataset:
-  """One pass over the files that decodes each and writes its cache entry."""
-  skip = params.on_bad_file == "skip"
-  logged: set[str] = set()
-  lock = threading.Lock()
+  """One pass over the files that decodes each and writes its cache entry.
 
-  def python_decode(path: bytes, entry: bytes) -> np.ndarray:
-    path_s = path.decode("utf-8")
-    try:
-      samples = decode.decode_file(path_s, params.sample_rate, params.resample_quality)
-    except decode.BadAudioError as e:
-      if not skip:
-        raise
-      with lock:
-        if path_s not in logged:
-          logged.add(path_s)
-          logging.warning("audioclf: skipping %s", e)
-      ClipCache.write_entry(entry.decode("utf-8"), np.zeros(0, np.float32))
-      fill.record(entry, skipped_path=path_s)
-      return np.zeros(0, np.float32)
-    ClipCache.write_entry(entry.decode("utf-8"), samples)
-    fill.record(entry)
-    return samples
+  Entries an interrupted earlier fill already wrote are read, not decoded:
+  entries are renamed into place whole, so one that exists is complete.
+  """
+  stored = [os.path.exists(p) for p in entries]
 
-  def store(entry: bytes, samples: np.ndarray) -> np.int64:
-    ClipCache.write_entry(entry.decode("utf-8"), samples)
-    fill.record(entry)
-    return np.int64(samples.shape[0])
-
-  def decode_one(path, entry, label):
-    # Canonical PCM16 mono WAVs at the target rate decode natively, in
-    # parallel and without the GIL; everything else (FLAC, other rates,
-    # multichannel, anything odd or broken) goes through soundfile + soxr.
-    is_wav = tf.strings.regex_full_match(tf.strings.lower(path), r".*\.wave?")
-    contents = tf.cond(is_wav, lambda: tf.io.read_file(path), lambda: tf.constant(b""))
-    native = tf.logical_and(is_wav, decode.native_wav_ok(contents, params.sample_rate))
-
-    def native_path():
-      samples = decode.native_decode_wav(contents)
-      written = tf.numpy_function(store, [entry, samples], tf.int64, stateful=True)
-      with tf.control_dependencies([written]):
+  def decode_one(path, entry, label, have):
+    def reuse():
+      samples = _read_entry(entry)
+      counted = tf.numpy_function(fill.reuse, [entry, tf.size(samples, out_type=tf.int64)],
+                                  tf.int64, stateful=True)
+      with tf.control_dependencies([counted]):
         return tf.identity(samples)
 
-    def soundfile_path():
-      return tf.numpy_function(python_decode, [path, entry], tf.float32, stateful=True)
+    def decode_file():
+      # Canonical PCM16 mono WAVs at the target rate decode natively, in
+      # parallel and without the GIL; everything else (FLAC, other rates,
+      # multichannel, anything odd or broken) goes through soundfile + soxr.
+      is_wav = tf.strings.regex_full_match(tf.strings.lower(path), r".*\.wave?")
+      contents = tf.cond(is_wav, lambda: tf.io.read_file(path), lambda: tf.constant(b""))
+      native = tf.logical_and(is_wav, decode.native_wav_ok(contents, params.sample_rate))
 
-    samples = tf.cond(native, native_path, soundfile_path)
+      def native_path():
+        samples = decode.native_decode_wav(contents)
+        written = tf.numpy_function(fill.store, [entry, samples], tf.int64, stateful=True)
+        with tf.control_dependencies([written]):
+          return tf.identity(samples)
+
+      return tf.cond(native, native_path, lambda: tf.numpy_function(
+          fill.decode_and_store, [entry], tf.float32, stateful=True))
+
+    samples = tf.cond(have, reuse, decode_file)
     samples.set_shape([None])
     return samples, label
 
   ds = tf.data.Dataset.from_tensor_slices(
-      ([e.path for e in examples], list(entries), np.asarray(labels, np.int32)))
+      ([e.path for e in examples], list(entries), np.asarray(labels, np.int32), stored))
   ds = _file_order(ds, len(examples), params, shuffle)
   ds = ds.map(decode_one, num_parallel_calls=AUTOTUNE)
-  return ds.filter(lambda w, y: tf.size(w) > 0) if skip else ds
+  # Zero samples mark a file skipped as bad (on_bad_file="skip").
+  return ds.filter(lambda w, y: tf.size(w) > 0)
 
 
 def _random_window(samples: tf.Tensor, params: Params) -> tf.Tensor:
