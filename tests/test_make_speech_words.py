@@ -1,0 +1,123 @@
+"""python -m pytest -q tests/test_make_speech_words.py
+
+Checks tools/make_speech_words.py on a tiny dataset (2 words x 3 clips): layout, wav format,
+audible and speaker-dependent content, byte-for-byte determinism and reuse of a finished run.
+"""
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+pytest.importorskip("espeakng_loader")
+
+_TOOL = Path(__file__).resolve().parents[1] / "tools" / "make_speech_words.py"
+_spec = importlib.util.spec_from_file_location("make_speech_words", _TOOL)
+msw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(msw)
+
+WORDS = ["yes", "no"]
+PER_WORD = 3
+NAME_RE = re.compile(r"([0-9a-f]{8})_nohash_(\d+)\.wav")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+  out = tmp_path_factory.mktemp("speech") / "words"
+  paths = msw.generate(out, WORDS, PER_WORD, seed=0, progress=False)
+  return out, paths
+
+
+def _frame_rms(x, frame=320):
+  return np.sqrt(np.mean(x[: len(x) // frame * frame].reshape(-1, frame) ** 2, axis=1))
+
+
+def test_layout(dataset):
+  out, paths = dataset
+  assert len(paths) == len(WORDS) * PER_WORD
+  assert sorted(p.name for p in out.iterdir()) == sorted(WORDS + [msw.STAMP_NAME])
+  speakers_by_word = {}
+  for p in map(Path, paths):
+    assert p.parent.parent == out and p.exists()
+    m = NAME_RE.fullmatch(p.name)
+    assert m, p.name
+    speakers_by_word.setdefault(p.parent.name, []).append(m.group(1))
+  assert sorted(speakers_by_word) == sorted(WORDS)
+  for spk in speakers_by_word.values():
+    assert len(set(spk)) == PER_WORD  # fewer clips than speakers: one clip per speaker
+  # Every word is said by the same speakers, so a speaker-hash split stays clean.
+  assert set(speakers_by_word["yes"]) == set(speakers_by_word["no"])
+
+
+def test_wav_format_and_content(dataset):
+  _, paths = dataset
+  for p in paths:
+    info = sf.info(p)
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+    assert info.frames == 16000
+    x, _ = sf.read(p, dtype="float64")
+    rms = _frame_rms(x)
+    floor = np.percentile(rms, 10)
+    assert np.abs(x).max() > 0.05, p  # not near-silence
+    assert rms.max() > 4 * floor, p  # a word stands out of the background noise
+    assert floor > 0, p  # background noise is there
+
+
+def test_speakers_differ(dataset):
+  out, paths = dataset
+  stamp = json.loads((out / msw.STAMP_NAME).read_text())
+  params = [tuple(sorted(v.items())) for v in stamp["speakers"].values()]
+  assert len(set(params)) == len(params) == PER_WORD
+  yes = [sf.read(p)[0] for p in paths if Path(p).parent.name == "yes"]
+
+  def spectrum(x):
+    # Average magnitude spectrum of the loudest frames: voice timbre, not noise or offset.
+    frames = x[: 16000 // 512 * 512].reshape(-1, 512)
+    loud = frames[np.argsort(-np.sum(frames ** 2, axis=1))[:8]]
+    s = np.abs(np.fft.rfft(loud * np.hanning(512), axis=1)).mean(0)
+    return s / np.linalg.norm(s)
+
+  specs = [spectrum(x) for x in yes]
+  for i in range(len(specs)):
+    for j in range(i + 1, len(specs)):
+      assert np.dot(specs[i], specs[j]) < 0.995, (i, j)
+
+
+def test_deterministic(dataset, tmp_path):
+  out, paths = dataset
+  again = msw.generate(tmp_path / "again", WORDS, PER_WORD, seed=0, progress=False)
+  assert [Path(p).relative_to(tmp_path / "again") for p in again] == [
+      Path(p).relative_to(out) for p in paths]
+  for a, b in zip(paths, again):
+    assert Path(a).read_bytes() == Path(b).read_bytes()
+  other = msw.generate(tmp_path / "other", WORDS, PER_WORD, seed=1, progress=False)
+  assert Path(other[0]).read_bytes() != Path(paths[0]).read_bytes()
+
+
+def test_reuse_does_not_rewrite(dataset, capsys):
+  out, paths = dataset
+  before = {p: Path(p).stat().st_mtime_ns for p in paths + [str(out / msw.STAMP_NAME)]}
+  assert msw.generate(out, WORDS, PER_WORD, seed=0, progress=False) == paths
+  rc = msw.main(["--out_dir", str(out), "--words", ",".join(WORDS),
+                 "--per_word", str(PER_WORD), "--seed", "0"])
+  assert rc == 0 and "reusing" in capsys.readouterr().out
+  assert {p: Path(p).stat().st_mtime_ns for p in before} == before
+
+
+def test_clear_errors(tmp_path, monkeypatch, capsys):
+  with pytest.raises(msw.SpeechWordsError, match="cannot synthesize"):
+    msw.generate(tmp_path / "bad", ["yes", "???"], 1, seed=0, progress=False)
+  (tmp_path / "foreign").mkdir()
+  (tmp_path / "foreign" / "keep.txt").write_text("not ours")
+  argv = ["--out_dir", str(tmp_path / "foreign"), "--words", "yes", "--per_word", "1"]
+  assert msw.main(argv) == 1
+  assert "not written by this tool" in capsys.readouterr().err
+  assert (tmp_path / "foreign" / "keep.txt").exists()
+  monkeypatch.setitem(sys.modules, "espeakng_loader", None)  # find_spec() -> None
+  with pytest.raises(msw.SpeechWordsError, match=r"pip install 'audioclf\[demo\]'"):
+    msw.generate(tmp_path / "nolib", ["yes"], 1, seed=0, progress=False)

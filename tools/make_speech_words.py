@@ -1,0 +1,538 @@
+"""python tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0
+
+Synthesizes a small speech-command dataset in the Google Speech Commands layout,
+so demos and tests can train a real keyword classifier without downloading anything:
+
+    <out_dir>/<word>/<speaker>_nohash_<n>.wav     16 kHz, mono, PCM_16, exactly 1.0 s
+
+Words are spoken by the espeak-ng library bundled in the `espeakng-loader` wheel (called
+through ctypes; no system package, no espeak binary). A "speaker" is a fixed combination of
+English voice/variant, speaking rate, pitch and pitch range; its 8-hex-char id is a hash of
+those parameters and the same speakers say every word, so the usual Speech Commands
+speaker-hash split keeps a speaker's clips on one side. Each clip further gets a slight
+rate/pitch jitter, a random position inside the 1 s window, a random gain and white or pink
+background noise at 15-40 dB SNR, so a classifier has to generalize rather than memorize.
+
+The output is a pure function of (words, per_word, seed, speakers): the same settings give
+the same bytes. A finished dataset is stamped with `_generated.json` (written last); a rerun
+with the same settings reuses it and returns at once, --force regenerates.
+
+Import `generate()` from other tools and tests (tools/ is not a package; load this file with
+importlib or put tools/ on sys.path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+DEFAULT_WORDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+DEFAULT_SPEAKERS = 50
+
+SAMPLE_RATE = 16000
+CLIP_SAMPLES = SAMPLE_RATE
+# A word has to leave room for its offset to vary, and espeak's trimmed output still
+# carries a few ms of padding.
+MAX_WORD_SECONDS = 0.95
+SNR_DB = (15.0, 40.0)
+PEAK_DBFS = (-18.0, -1.0)
+
+STAMP_NAME = "_generated.json"
+# Bump whenever the output for unchanged settings changes, so old stamps stop matching.
+GENERATOR_VERSION = 1
+
+# Dialects ("base") and voice variants ("+variant") from espeak-ng's data. Voices missing from
+# the installed data are skipped, so an espeak-ng update that drops one still works (with
+# different speakers, hence different file names and a regeneration).
+BASE_VOICES = (
+    "en",              # British (RP-ish default)
+    "en-us",
+    "en-us-nyc",
+    "en-gb-scotland",
+    "en-gb-x-rp",
+    "en-gb-x-gbclan",  # Lancastrian
+    "en-gb-x-gbcwmd",  # West Midlands
+    "en-029",          # Caribbean
+)
+VOICE_VARIANTS = (
+    "",  # the dialect's own voice
+    "m1", "m2", "m3", "m4", "m5", "m6", "m7",
+    "f1", "f2", "f3", "f4", "f5",
+    # The Klatt formant synthesizer sounds clearly different from espeak's default one.
+    "klatt", "klatt2", "klatt3", "klatt4",
+    "croak",
+)
+RATE_WPM = (130, 220)
+# Faster than this is no longer intelligible speech; a word that still does not fit is refused.
+MAX_RATE_WPM = 700
+PITCH = (20, 80)        # espeak's 0-100 scale inside the voice's own pitch range
+PITCH_RANGE = (20, 90)  # 0 is a monotone, 50 espeak's default
+
+# Values from espeak-ng's speak_lib.h.
+_AUDIO_OUTPUT_SYNCHRONOUS = 2
+_INITIALIZE_DONT_EXIT = 0x8000
+_CHARS_UTF8 = 1
+_POS_CHARACTER = 1
+_PARAM_RATE, _PARAM_PITCH, _PARAM_RANGE = 1, 3, 4
+_WORKER_FLAG = "--_synth_worker"
+_THIS_FILE = os.path.abspath(__file__)  # before anyone chdirs
+_WORKER_FAILED = 3
+
+_WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
+_DEMO_HINT = "espeakng-loader is not installed; pip install 'audioclf[demo]'"
+
+
+class SpeechWordsError(RuntimeError):
+  """A problem the user can fix (missing package, bad word, unusable out_dir)."""
+
+
+def generate(
+    out_dir: str | os.PathLike,
+    words: Sequence[str] | str = DEFAULT_WORDS,
+    per_word: int = 150,
+    seed: int = 0,
+    *,
+    speakers: int = DEFAULT_SPEAKERS,
+    force: bool = False,
+    progress: bool = True,
+) -> list[str]:
+  """Writes (or reuses) a synthetic speech-commands dataset.
+
+  Args:
+    out_dir: Dataset root; created if missing. An existing non-empty directory is only
+      replaced when it holds a `_generated.json` stamp from this tool.
+    words: The words (class folders), a sequence or a comma-separated string.
+    per_word: Clips per word. Clip i of every word is spoken by speaker i % speakers.
+    seed: Non-negative seed; the same settings always give byte-identical files.
+    speakers: Size of the speaker pool shared by all words.
+    force: Regenerate even if out_dir already holds this exact dataset.
+    progress: Show a tqdm progress bar on stderr.
+
+  Returns:
+    The absolute paths of the wav files, word by word, in clip order.
+
+  Raises:
+    SpeechWordsError: espeakng-loader is missing, a word cannot be synthesized or does
+      not fit in 1 s, or out_dir holds something this tool did not write.
+  """
+  paths, _ = _generate(out_dir, words, per_word, seed, speakers=speakers, force=force,
+                       progress=progress)
+  return paths
+
+
+def _generate(out_dir, words, per_word, seed, *, speakers, force, progress):
+  words = _check_words(words)
+  if per_word < 1 or speakers < 1:
+    raise SpeechWordsError("--per_word and --speakers must be at least 1")
+  if seed < 0:
+    raise SpeechWordsError("--seed must be non-negative")
+  # Absolute, so "." or "data/" still have a parent folder and a name to swap in under.
+  out = Path(os.path.abspath(out_dir))
+  settings = {
+      "generator": GENERATOR_VERSION,
+      "words": list(words),
+      "per_word": int(per_word),
+      "seed": int(seed),
+      "speakers": int(speakers),
+      "sample_rate": SAMPLE_RATE,
+      "clip_samples": CLIP_SAMPLES,
+  }
+  if not force:
+    reused = _reusable(out, settings)
+    if reused is not None:
+      return reused, True
+
+  if importlib.util.find_spec("espeakng_loader") is None:
+    raise SpeechWordsError(_DEMO_HINT)
+  _check_replaceable(out)
+  voices = _available_voices()
+  pool = _speaker_pool(voices, min(speakers, per_word), seed)
+
+  out.parent.mkdir(parents=True, exist_ok=True)
+  # Build next to out_dir and swap it in at the end: an interrupted run never leaves a
+  # half-written dataset behind, and files of an older dataset with other words never mix in.
+  # Not mkdtemp: its 0700 mode would end up on out_dir; mkdir honours the umask.
+  tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+  tmp.mkdir()
+  try:
+    rel_paths, espeak_version = _write_clips(tmp, words, per_word, seed, pool, progress)
+    file_bytes = (tmp / rel_paths[0]).stat().st_size
+    stamp = {
+        "settings": settings,
+        "files": rel_paths,
+        "file_bytes": file_bytes,
+        "espeak_ng": espeak_version,
+        "speakers": {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
+                     for s in pool},
+    }
+    _write_atomically(tmp / STAMP_NAME, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+    _swap_in(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return [str(out / p) for p in rel_paths], False
+
+
+def _check_words(words) -> list[str]:
+  if isinstance(words, str):
+    words = words.split(",")
+  words = [w.strip() for w in words if w.strip()]
+  if not words:
+    raise SpeechWordsError("no words given")
+  for w in words:
+    if not _WORD_RE.fullmatch(w):
+      raise SpeechWordsError(
+          f"cannot synthesize {w!r}: a word must be letters/digits (plus ' and -), "
+          "since it also names its class folder")
+  if len(set(words)) != len(words):
+    raise SpeechWordsError(f"duplicate words in {','.join(words)}")
+  return words
+
+
+def _reusable(out: Path, settings: dict) -> list[str] | None:
+  """Returns the dataset's paths if out already holds it complete, else None."""
+  try:
+    stamp = json.loads((out / STAMP_NAME).read_text())
+    if stamp["settings"] != settings:
+      return None
+    paths = [out / p for p in stamp["files"]]
+    if len(paths) != len(settings["words"]) * settings["per_word"]:
+      return None
+    if any(p.stat().st_size != stamp["file_bytes"] for p in paths):
+      return None
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return [str(p) for p in paths]
+
+
+def _check_replaceable(out: Path) -> None:
+  if out.exists() and not out.is_dir():
+    raise SpeechWordsError(f"{out} exists and is not a directory")
+  # The old folder is swapped out and deleted, which would pull the ground from under a shell
+  # or process sitting inside it.
+  cwd = Path(os.getcwd())
+  if cwd == out or out in cwd.parents:
+    raise SpeechWordsError(f"--out_dir {out} holds the current directory; use a subfolder")
+  # Replacing the folder deletes it, so only ever delete what this tool wrote.
+  if out.is_dir() and any(out.iterdir()) and not (out / STAMP_NAME).exists():
+    raise SpeechWordsError(
+        f"{out} is not empty and was not written by this tool (no {STAMP_NAME}); "
+        "remove it or choose another --out_dir")
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+  if out.exists():
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, old / out.name)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+  else:
+    os.replace(tmp, out)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+  part = path.with_name(path.name + ".part")
+  part.write_text(text)
+  os.replace(part, path)
+
+
+def _available_voices() -> list[str]:
+  import espeakng_loader
+
+  data = Path(espeakng_loader.get_data_path())
+  # espeak matches language names case-insensitively (file lang/gmw/en-US is "en-us").
+  langs = {p.name.lower() for p in (data / "lang").rglob("*") if p.is_file()}
+  variants = {p.name for p in (data / "voices" / "!v").iterdir()}
+  bases = [b for b in BASE_VOICES if b in langs]
+  kept = [v for v in VOICE_VARIANTS if not v or v in variants]
+  if not bases:
+    raise SpeechWordsError(f"no English voice found in {data}; reinstall espeakng-loader")
+  return [b + ("+" + v if v else "") for b in bases for v in kept]
+
+
+def _speaker_pool(voices: list[str], n: int, seed: int) -> list[dict]:
+  rng = np.random.default_rng([seed, 0])
+  pool, seen = [], set()
+  while len(pool) < n:
+    s = {
+        "voice": voices[int(rng.integers(len(voices)))],
+        "rate": int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
+        "pitch": int(rng.integers(PITCH[0], PITCH[1] + 1)),
+        "range": int(rng.integers(PITCH_RANGE[0], PITCH_RANGE[1] + 1)),
+    }
+    key = json.dumps([s["voice"], s["rate"], s["pitch"], s["range"]])
+    s["id"] = hashlib.sha1(key.encode()).hexdigest()[:8]
+    if s["id"] not in seen:  # a repeat draw would merge two "speakers" into one
+      seen.add(s["id"])
+      pool.append(s)
+  return pool
+
+
+def _clip_rng(seed: int, word: str, i: int, stream: int) -> np.random.Generator:
+  # Keyed by the word itself, not its position, so adding a word leaves the others' clips alone.
+  return np.random.default_rng([seed, stream, zlib.crc32(word.encode()), i])
+
+
+def _jobs_for_word(word: str, per_word: int, seed: int, pool: list[dict]) -> list[list]:
+  jobs = []
+  for i in range(per_word):
+    s = pool[i % len(pool)]
+    rng = _clip_rng(seed, word, i, 1)
+    # Nobody says a word twice the same way; keep the jitter small so the speaker stays
+    # recognizable.
+    rate = int(round(s["rate"] * rng.uniform(0.93, 1.07)))
+    pitch = int(np.clip(s["pitch"] + rng.integers(-3, 4), 0, 100))
+    prange = int(np.clip(s["range"] + rng.integers(-5, 6), 0, 100))
+    jobs.append([s["voice"], rate, pitch, prange, int(rng.integers(1, 2**31 - 1))])
+  return jobs
+
+
+def _write_clips(root: Path, words, per_word, seed, pool, progress):
+  import soundfile as sf
+  import soxr
+  from tqdm import tqdm
+
+  n_workers = max(1, min(len(words), _cpu_count()))
+  rel_paths, version = [], None
+  bar = tqdm(total=len(words) * per_word, desc="speech words", unit="clip",
+             file=sys.stderr, disable=not progress, dynamic_ncols=True)
+  with bar, concurrent.futures.ThreadPoolExecutor(n_workers) as ex:
+    futures = [ex.submit(_synthesize_word, w, _jobs_for_word(w, per_word, seed, pool))
+               for w in words]
+    try:
+      for word, fut in zip(words, futures):
+        header, raws = fut.result()
+        version = header["espeak"]
+        (root / word).mkdir()
+        for i, raw in enumerate(raws):
+          clip = _render_clip(raw, header["sample_rate"], _clip_rng(seed, word, i, 2),
+                              soxr)
+          rel = f"{word}/{pool[i % len(pool)]['id']}_nohash_{i // len(pool)}.wav"
+          sf.write(root / rel, clip, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+          rel_paths.append(rel)
+          bar.update()
+    finally:
+      for f in futures:
+        f.cancel()
+  return rel_paths, version
+
+
+def _cpu_count() -> int:
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:
+    return os.cpu_count() or 1
+
+
+def _render_clip(raw: np.ndarray, raw_rate: int, rng: np.random.Generator, soxr) -> np.ndarray:
+  speech = soxr.resample(raw.astype(np.float64) / 32768.0, raw_rate, SAMPLE_RATE)
+  speech = speech[:int(MAX_WORD_SECONDS * SAMPLE_RATE)]
+  peak_db = rng.uniform(*PEAK_DBFS)
+  speech *= 10 ** (peak_db / 20) / np.max(np.abs(speech))
+  offset = int(rng.integers(0, CLIP_SAMPLES - len(speech) + 1))
+
+  noise = rng.standard_normal(CLIP_SAMPLES)
+  if rng.random() < 0.5:
+    # Pink: 1/f power, closer to room and street noise than white.
+    spec = np.fft.rfft(noise)
+    spec[0] = 0.0
+    spec[1:] /= np.sqrt(np.arange(1, len(spec)))
+    noise = np.fft.irfft(spec, CLIP_SAMPLES)
+  # SNR against the word itself, not the whole second, so short words are not drowned.
+  speech_rms = np.sqrt(np.mean(speech ** 2))
+  noise *= speech_rms / np.sqrt(np.mean(noise ** 2)) / 10 ** (rng.uniform(*SNR_DB) / 20)
+
+  clip = noise
+  clip[offset:offset + len(speech)] += speech
+  return np.clip(np.round(clip * 32767.0), -32768, 32767).astype(np.int16)
+
+
+def _synthesize_word(word: str, jobs: list[list]) -> tuple[dict, list[np.ndarray]]:
+  """Runs the espeak worker for one word in a fresh process.
+
+  espeak-ng keeps synthesis state between utterances (the same text comes out a few samples
+  different each call, depending on what was spoken before, and re-initializing does not
+  reset it), so a fresh process per word is what makes a word's clips depend only on the
+  settings, not on what else this process synthesized earlier.
+  """
+  proc = subprocess.run(
+      [sys.executable, _THIS_FILE, _WORKER_FLAG],
+      input=json.dumps({"word": word, "jobs": jobs}).encode(),
+      capture_output=True,
+      check=False,
+  )
+  if proc.returncode != 0:
+    msg = proc.stderr.decode(errors="replace").strip()
+    if proc.returncode == _WORKER_FAILED and msg:
+      raise SpeechWordsError(msg.splitlines()[-1])
+    raise SpeechWordsError(
+        f"espeak worker for {word!r} died (exit {proc.returncode}): {msg[-2000:]}")
+  head, _, body = proc.stdout.partition(b"\n")
+  header = json.loads(head)
+  audio = np.frombuffer(body, dtype=np.int16)
+  bounds = np.cumsum([0] + header["lengths"])
+  return header, [audio[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _worker_main() -> int:
+  """Synthesizes the jobs read from stdin; writes a JSON header line plus raw int16 audio."""
+  import ctypes
+
+  req = json.load(sys.stdin)
+  word = req["word"]
+  try:
+    import espeakng_loader
+  except ImportError:
+    return _worker_fail(_DEMO_HINT)
+
+  lib = ctypes.CDLL(espeakng_loader.get_library_path())
+  lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+  lib.espeak_Initialize.restype = ctypes.c_int
+  lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+  lib.espeak_SetVoiceByName.restype = ctypes.c_int
+  lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+  lib.espeak_SetParameter.restype = ctypes.c_int
+  lib.espeak_Synth.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
+                               ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+  lib.espeak_Synth.restype = ctypes.c_int
+  lib.espeak_Synchronize.restype = ctypes.c_int
+  lib.espeak_Info.argtypes = [ctypes.c_void_p]
+  lib.espeak_Info.restype = ctypes.c_char_p
+  # Without a fixed seed some voices (f3, whisper ...) come out different in every process:
+  # espeak seeds its own noise generator. Older espeak-ng builds lack this function.
+  set_seed = getattr(lib, "espeak_ng_SetRandSeed", None)
+  if set_seed is not None:
+    set_seed.argtypes = [ctypes.c_long]
+    set_seed.restype = None
+
+  # DONT_EXIT: without it a bad data path makes espeak call exit() inside this process.
+  sample_rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0,
+                                      espeakng_loader.get_data_path().encode(),
+                                      _INITIALIZE_DONT_EXIT)
+  if sample_rate <= 0:
+    return _worker_fail(f"espeak-ng failed to initialize (data in "
+                        f"{espeakng_loader.get_data_path()}); reinstall espeakng-loader")
+
+  chunks: list[bytes] = []
+
+  def collect(wav, n, events):
+    if wav and n > 0:
+      chunks.append(ctypes.string_at(wav, n * 2))
+    return 0  # 0 = keep going
+
+  # Kept in a local for the whole run: if ctypes' thunk were collected, espeak would call
+  # freed memory.
+  callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
+                              ctypes.c_void_p)(collect)
+  lib.espeak_SetSynthCallback(callback)
+  text = word.encode("utf-8") + b"\0"
+  limit = int(MAX_WORD_SECONDS * sample_rate)
+
+  def speak(voice, wpm, pitch, prange, noise_seed):
+    if lib.espeak_SetVoiceByName(voice.encode()) != 0:
+      raise ValueError(f"espeak-ng has no voice {voice!r}")
+    # These stick across utterances and voice changes, so every job sets all three.
+    lib.espeak_SetParameter(_PARAM_RATE, wpm, 0)
+    lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0)
+    lib.espeak_SetParameter(_PARAM_RANGE, prange, 0)
+    if set_seed is not None:
+      set_seed(noise_seed)
+    chunks.clear()
+    err = lib.espeak_Synth(text, len(text), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+    lib.espeak_Synchronize()
+    if err != 0:
+      raise ValueError(f"espeak_Synth returned error {err}")
+    audio = np.frombuffer(b"".join(chunks), dtype=np.int16)
+    peak = int(np.max(np.abs(audio.astype(np.int32)))) if audio.size else 0
+    if peak < 256:
+      raise ValueError("espeak-ng produced no sound for it")
+    # espeak pads with silence; trim it so the word's offset in the window is ours to pick.
+    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > peak * 0.005)
+    pad = sample_rate // 100  # 10 ms, so soft onsets and endings survive the trim
+    return audio[max(loud[0] - pad, 0):loud[-1] + pad + 1]
+
+  lengths, out = [], []
+  try:
+    for voice, wpm, pitch, prange, noise_seed in req["jobs"]:
+      audio = speak(voice, wpm, pitch, prange, noise_seed)
+      # Too long for the window: speak faster rather than cut the word off (espeak-ng
+      # goes past its classic 450 wpm limit through its bundled sonic library).
+      while len(audio) > limit and wpm < MAX_RATE_WPM:
+        wpm = min(MAX_RATE_WPM, int(np.ceil(wpm * len(audio) / limit * 1.05)))
+        audio = speak(voice, wpm, pitch, prange, noise_seed)
+      if len(audio) > limit:
+        raise ValueError(f"it lasts {len(audio) / sample_rate:.2f} s even at {wpm} words/min, "
+                         f"more than the {MAX_WORD_SECONDS} s a 1 s clip allows")
+      lengths.append(len(audio))
+      out.append(audio.tobytes())
+  except ValueError as e:
+    return _worker_fail(f"cannot synthesize {word!r} ({voice}): {e}")
+  header = {"sample_rate": sample_rate, "espeak": lib.espeak_Info(None).decode(),
+            "lengths": lengths}
+  sys.stdout.buffer.write(json.dumps(header).encode() + b"\n")
+  sys.stdout.buffer.write(b"".join(out))
+  sys.stdout.buffer.flush()
+  return 0
+
+
+def _worker_fail(msg: str) -> int:
+  print(msg, file=sys.stderr)
+  return _WORKER_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv == [_WORKER_FLAG]:
+    return _worker_main()
+  class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+  p = argparse.ArgumentParser(description="\n\n".join(__doc__.split("\n\n")[1:3]),
+                              formatter_class=Formatter)
+  p.add_argument("--out_dir", default="data/speech_words", help="dataset root")
+  p.add_argument("--words", default=",".join(DEFAULT_WORDS), help="comma-separated words")
+  p.add_argument("--per_word", type=int, default=150, help="clips per word")
+  p.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
+  p.add_argument("--speakers", type=int, default=DEFAULT_SPEAKERS,
+                 help="speaker pool shared by all words (clip i is speaker i %% speakers)")
+  p.add_argument("--force", action="store_true", help="regenerate even if already there")
+  p.add_argument("--no_progress", action="store_true", help="no progress bar")
+  args = p.parse_args(argv)
+
+  start = time.perf_counter()
+  try:
+    paths, reused = _generate(args.out_dir, args.words, args.per_word, args.seed,
+                              speakers=args.speakers, force=args.force,
+                              progress=not args.no_progress)
+  except SpeechWordsError as e:
+    print(f"make_speech_words: error: {e}", file=sys.stderr)
+    return 1
+  took = time.perf_counter() - start
+  n_words = len(_check_words(args.words))
+  if reused:
+    print(f"reusing {args.out_dir}: {len(paths)} clips ({n_words} words x {args.per_word}) "
+          f"already generated with these settings (--force regenerates)")
+  else:
+    print(f"wrote {len(paths)} clips ({n_words} words x {args.per_word}) to {args.out_dir} "
+          f"in {took:.1f} s")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
