@@ -134,7 +134,7 @@ class Fill:
     except decode.BadAudioError as e:
       if self.params.on_bad_file != "skip":
         raise
-      logging.warning("audioclf: skipping %s", e)
+      logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
       samples = np.zeros(0, np.float32)
       ClipCache.write_entry(entry.decode(), samples)
       self._record(entry, skipped=True)

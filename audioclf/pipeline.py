@@ -102,9 +102,11 @@ def clip_dataset(params: Params, examples: Sequence[Example], labels: Sequence[i
   first = _decode_and_fill(examples, entries, labels, params, fill, shuffle=repeat)
   if not repeat:
     return first
-  # Zero-byte entries are files skipped as bad; the filter drops them.
-  return first.concatenate(
-      _cached(entries, labels, params, repeat=True).filter(lambda w, y: tf.size(w) > 0))
+  # The same file order a warm run has: the cached stream's first epoch is
+  # the permutation the fill just used, so skip it. Zero-byte entries are
+  # files skipped as bad; the filter drops them.
+  rest = _cached(entries, labels, params, repeat=True, skip=len(entries))
+  return first.concatenate(rest.filter(lambda w, y: tf.size(w) > 0))
 
 
 def _file_order(ds: tf.data.Dataset, n: int, params: Params, shuffle: bool) -> tf.data.Dataset:
@@ -121,12 +123,14 @@ def _read_entry(path: tf.Tensor) -> tf.Tensor:
 
 
 def _cached(entries: Sequence[str], labels: Sequence[int], params: Params,
-            repeat: bool) -> tf.data.Dataset:
+            repeat: bool, skip: int = 0) -> tf.data.Dataset:
   ds = tf.data.Dataset.from_tensor_slices((list(entries), np.asarray(labels, np.int32)))
   ds = _file_order(ds, len(entries), params, shuffle=repeat)
   # Repeat before the map, so reading overlaps the epoch boundary instead of draining.
   if repeat:
     ds = ds.repeat()
+  if skip:
+    ds = ds.skip(skip)  # Names only: nothing is read for the skipped elements.
   return ds.map(lambda path, y: (_read_entry(path), y), num_parallel_calls=AUTOTUNE)
 
 

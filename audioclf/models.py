@@ -1,0 +1,125 @@
+"""The model builders: one `build_model` and one `compile_model` for every engine, the tuner and export.
+
+  model = build_model(params, num_classes=len(labels))   # raw waveform in, probabilities out
+  compile_model(model, params)
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+
+from audioclf.features import LogMelSpectrogram, SpecAugment
+from audioclf.params import Params
+
+INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.
+OUTPUT_NAME = "probabilities"
+
+layers = tf.keras.layers
+
+
+def _conv_bn_relu(x, filters, kernel, strides=1, name=""):
+  # No bias before batch norm: its shift would be cancelled by the mean it subtracts.
+  x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False,
+                    name=f"{name}conv")(x)
+  x = layers.BatchNormalization(name=f"{name}bn")(x)
+  return layers.ReLU(name=f"{name}relu")(x)
+
+
+def cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
+  """A small VGG-style CNN: three conv/pool blocks, then global average pooling."""
+  x = spectrogram
+  for i, filters in enumerate((params.width, 2 * params.width, 2 * params.width)):
+    x = _conv_bn_relu(x, filters, 3, name=f"block{i}_")
+    x = layers.MaxPool2D(2, padding="same", name=f"block{i}_pool")(x)
+  return layers.GlobalAveragePooling2D(name="pool")(x)
+
+
+def ds_cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
+  """DS-CNN of Zhang et al. 2017, "Hello Edge: Keyword Spotting on Microcontrollers".
+
+  A strided 10x4 convolution, then four depthwise-separable blocks of `width`
+  filters (64 is the paper's DS-CNN-S), then average pooling.
+  """
+  x = _conv_bn_relu(spectrogram, params.width, (10, 4), strides=2, name="stem_")
+  for i in range(4):
+    x = layers.DepthwiseConv2D(3, padding="same", use_bias=False, name=f"ds{i}_depthwise")(x)
+    x = layers.BatchNormalization(name=f"ds{i}_depthwise_bn")(x)
+    x = layers.ReLU(name=f"ds{i}_depthwise_relu")(x)
+    x = _conv_bn_relu(x, params.width, 1, name=f"ds{i}_pointwise_")
+  return layers.GlobalAveragePooling2D(name="pool")(x)
+
+
+# Name -> body: a function of (log-mel [batch, frames, n_mels, 1], params) that
+# returns pooled features [batch, dims]. build_model adds the shared front end and head.
+MODELS: dict[str, Callable[[tf.Tensor, Params], tf.Tensor]] = {
+    "cnn": cnn,
+    "ds_cnn": ds_cnn,
+}
+
+_OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
+
+
+def build_model(params: Params, num_classes: int) -> tf.keras.Model:
+  """The classifier `params.model` describes, from raw audio to class probabilities.
+
+  Args:
+    params: the run's parameters (sample rate, clip length, features, model).
+    num_classes: size of the label vocabulary (`len(manifest.labels)`); passed
+      in so that building a model never scans the data.
+
+  Returns:
+    An uncompiled functional keras.Model: input "waveform" float32
+    [batch, clip_samples], output "probabilities" float32 [batch, num_classes].
+
+  Raises:
+    ValueError: an unknown model name, or fewer than two classes.
+  """
+  if params.model not in MODELS:
+    raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(MODELS)}")
+  if num_classes < 2:
+    raise ValueError(f"a classifier needs at least two classes, got num_classes={num_classes}")
+  waveform = tf.keras.Input(shape=(params.clip_samples,), dtype=tf.float32, name=INPUT_NAME)
+  log_mel = LogMelSpectrogram.from_params(params, name="log_mel")
+  x = log_mel(waveform)
+  if params.spec_augment:
+    frames = log_mel.num_frames(params.clip_samples)
+    x = SpecAugment(max_freq_bins=max(1, params.n_mels // 5),
+                    max_time_frames=max(1, frames // 10), name="spec_augment")(x)
+  x = layers.Reshape((-1, params.n_mels, 1), name="add_channel")(x)
+  # Log-mel levels depend on the recording gain; a learned normalisation spares
+  # every body from having to cope with inputs around -10.
+  x = layers.BatchNormalization(name="input_bn")(x)
+  x = MODELS[params.model](x, params)
+  x = layers.Dropout(params.dropout, name="dropout")(x)
+  probabilities = layers.Dense(num_classes, activation="softmax", name=OUTPUT_NAME)(x)
+  return tf.keras.Model(waveform, probabilities, name=params.model)
+
+
+def make_optimizer(params: Params) -> tf.keras.optimizers.Optimizer:
+  """The optimizer `params.optimizer` names, at `params.learning_rate`.
+
+  The Estimator engine gets the legacy optimizer class: model_to_estimator
+  clones the model into a TF1 graph, where only `tf.keras.optimizers.legacy`
+  works (it would otherwise convert the optimizer itself, with a warning).
+
+  Raises:
+    ValueError: an unknown optimizer name.
+  """
+  if params.optimizer not in _OPTIMIZERS:
+    raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(_OPTIMIZERS)}")
+  family = tf.keras.optimizers.legacy if params.engine == "estimator" else tf.keras.optimizers
+  return getattr(family, _OPTIMIZERS[params.optimizer])(learning_rate=params.learning_rate)
+
+
+def compile_model(model: tf.keras.Model, params: Params) -> tf.keras.Model:
+  """Compiles `model` with the run's optimizer, the loss and the metric every engine reports.
+
+  Returns:
+    `model`, for chaining.
+  """
+  model.compile(optimizer=make_optimizer(params),
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(),
+                metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+  return model

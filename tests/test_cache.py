@@ -1,0 +1,176 @@
+"""The persistent clip cache: reuse across calls and processes, invalidation, kill and race safety."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import soundfile as sf
+
+import audioclf
+from audioclf import cache
+from conftest import tone, write_tone_dataset
+
+
+def params_for(tmp_path, **kw):
+  data = str(tmp_path / "data")
+  if not os.path.isdir(data):
+    write_tone_dataset(data, per_label=12)
+  kw.setdefault("batch_size", 4)
+  return audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), **kw)
+
+
+def markers(params):
+  return glob.glob(os.path.join(cache.ClipCache(params).splits_dir, "*.json"))
+
+
+def eval_waveforms(params, split=None):
+  ds = audioclf.input_fn(params, "eval", split=split)
+  return np.concatenate([f["waveform"].numpy() for f, _ in ds])
+
+
+def run_python(code, *args, wait=True):
+  """Runs `code` in a fresh interpreter (a new process shares no Python state)."""
+  cmd = [sys.executable, "-c", textwrap.dedent(code), *map(str, args)]
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep +
+             os.environ.get("PYTHONPATH", ""))
+  if not wait:
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return out.stdout
+
+
+FILL = """
+import sys, audioclf
+from audioclf import cache
+p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=4,
+                    validation_percent=float(sys.argv[3]), testing_percent=0)
+n = sum(int(y.shape[0]) for _, y in audioclf.input_fn(p, "eval"))
+print(n, cache.decode_count())
+"""
+
+
+def test_second_call_and_second_process_decode_nothing(tmp_path):
+  params = params_for(tmp_path)
+  cold = eval_waveforms(params)
+  assert cache.decode_count() >= len(cold) and len(markers(params)) == 1
+  before = cache.decode_count()
+  np.testing.assert_array_equal(eval_waveforms(params), cold)
+  assert cache.decode_count() == before
+  params = params.replace(testing_percent=0)
+  cold = eval_waveforms(params)
+  n, decoded = run_python(FILL, params.data_dir, params.cache_dir, 10).split()
+  assert (int(n), int(decoded)) == (len(cold), 0)
+
+
+def test_every_split_is_cached(tmp_path):
+  params = params_for(tmp_path, validation_percent=30, testing_percent=30)
+  eval_waveforms(params)
+  eval_waveforms(params, split="test")
+  next(iter(audioclf.input_fn(params, "train")))
+  assert len(markers(params)) == 2  # Train is marked once its first epoch is stored.
+  for _ in audioclf.input_fn(params, "train").take(20):
+    pass
+  assert len(markers(params)) == 3
+
+
+def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path):
+  params = params_for(tmp_path, validation_percent=99.9, testing_percent=0)
+  cold = eval_waveforms(params)
+  victim = sorted(glob.glob(os.path.join(params.data_dir, "mid", "*.wav")))[0]
+  sf.write(victim, tone(3000.0, 0.5, 16000, seed=99), 16000, subtype="PCM_16")
+  before = cache.decode_count()
+  warm = eval_waveforms(params)
+  assert cache.decode_count() == before + 1  # The changed file only; the rest are reused.
+  changed = [i for i in range(len(cold)) if not np.array_equal(cold[i], warm[i])]
+  assert len(changed) == 1
+  want = sf.read(victim, dtype="float32")[0]
+  np.testing.assert_array_equal(warm[changed[0]][:len(want)], want)
+  assert len(markers(params)) == 2
+
+
+def test_a_new_decode_parameter_gets_a_new_cache(tmp_path):
+  params = params_for(tmp_path)
+  eval_waveforms(params)
+  before = cache.decode_count()
+  resampled = eval_waveforms(params.replace(sample_rate=8000))
+  assert resampled.shape[1] == 8000
+  assert cache.decode_count() - before == len(resampled)
+  assert len(os.listdir(params.cache_dir)) == 2
+
+
+KILLED = """
+import os, signal, sys, audioclf
+p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=2,
+                    validation_percent=99.9, testing_percent=0)
+for i, _ in enumerate(audioclf.input_fn(p, "eval")):
+  if i == 3:
+    os.kill(os.getpid(), signal.SIGKILL)  # No cleanup, no atexit: as a crash or OOM kill.
+"""
+
+
+def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
+  params = params_for(tmp_path, validation_percent=99.9, testing_percent=0)
+  proc = run_python(KILLED, params.data_dir, params.cache_dir, wait=False)
+  proc.wait(timeout=120)
+  assert proc.returncode == -signal.SIGKILL
+  written = glob.glob(os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32"))
+  assert 0 < len(written) < 36 and not markers(params)
+  before = cache.decode_count()
+  got = eval_waveforms(params)
+  assert cache.decode_count() - before == 36 - len(written)  # It picks up where the kill left off.
+  ref = eval_waveforms(params.replace(cache_dir=str(tmp_path / "fresh")))
+  np.testing.assert_array_equal(got, ref)
+  assert len(markers(params)) == 1
+  assert not glob.glob(os.path.join(params.cache_dir, "**", "*.tmp"), recursive=True)
+
+
+def test_two_processes_filling_one_cache_both_succeed(tmp_path):
+  params = params_for(tmp_path, validation_percent=99.9, testing_percent=0)
+  procs = [run_python(FILL, params.data_dir, params.cache_dir, 99.9, wait=False) for _ in range(2)]
+  outs = [p.communicate(timeout=120) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+  assert all(out.split()[0] == "36" for out, _ in outs)
+  assert len(markers(params)) == 1
+  ref = eval_waveforms(params.replace(cache_dir=str(tmp_path / "fresh")))
+  np.testing.assert_array_equal(eval_waveforms(params), ref)
+
+
+ONE_EPOCH = """
+import sys, audioclf
+p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=int(sys.argv[3]),
+                    validation_percent=0, testing_percent=0)
+n = len(audioclf.manifest.load(p).split("train"))
+for _ in audioclf.input_fn(p, "train").take(n // p.batch_size):  # One epoch of steps.
+  pass
+print(n)
+"""
+
+
+def test_a_run_of_exactly_one_epoch_leaves_a_complete_cache(tmp_path):
+  params = params_for(tmp_path, validation_percent=0, testing_percent=0)
+  assert int(run_python(ONE_EPOCH, params.data_dir, params.cache_dir, 5)) % 5 != 0
+  assert len(markers(params)) == 1  # 36 files, 7 batches of 5: the dropped tail was stored too.
+  before = cache.decode_count()
+  for _ in audioclf.input_fn(params.replace(batch_size=5), "train").take(10):
+    pass
+  assert cache.decode_count() == before
+
+
+def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
+  params = params_for(tmp_path)
+  for _ in audioclf.input_fn(params, "train").take(12):
+    pass
+  before = cache.decode_count()
+  ds = audioclf.input_fn(params, "train")
+  start = time.perf_counter()
+  next(iter(ds))
+  first = time.perf_counter() - start
+  # Not a speed test: a buffer of decoded waveforms would read all 24 train files first.
+  assert first < 5.0
+  assert cache.decode_count() == before
