@@ -1,13 +1,14 @@
 """audioclf: audio classifiers whose input pipeline is never the bottleneck."""
 
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
 
 __version__ = "0.1.0"
 
-# Heavier entry points load on first use, so `import audioclf` stays light for
-# notebooks and the flags module, and optional parts fail only when used.
+# Entry points load on first use: `import audioclf` stays light, and
+# `python -m audioclf.<module>` does not find its module half-imported.
 _LAZY = {
+    "input_fn": ("audioclf.pipeline", "input_fn"),
+    "manifest": ("audioclf.manifest", None),
     "build_model": ("audioclf.models", "build_model"),
     "train": ("audioclf.train", "train"),
     "evaluate": ("audioclf.evaluate", "evaluate"),
@@ -20,8 +21,12 @@ def __getattr__(name):
   if name in _LAZY:
     import importlib
     module, attr = _LAZY[name]
-    return getattr(importlib.import_module(module), attr)
+    module = importlib.import_module(module)
+    # Importing audioclf.train binds the module to the name `train`; bind the
+    # function instead, so audioclf.train(params) works on every call.
+    value = globals()[name] = getattr(module, attr) if attr else module
+    return value
   raise AttributeError(f"module 'audioclf' has no attribute {name!r}")
 
 
-__all__ = ["Params", "input_fn", *_LAZY]
+__all__ = ["Params", *_LAZY]
