@@ -42,6 +42,10 @@ _HELP = {
     "optimizer": "adam, sgd or rmsprop.",
     "seed": "Seed of weights and augmentation.",
     "log_every_steps": "Log and write summaries every this many steps.",
+    "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
+    "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
+    "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",
+    "trial_steps": "Training steps of one trial (Hyperband: of its longest trials).",
 }
 
 
@@ -67,7 +71,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_float(field.name, default, help_, flag_values=flag_values)
     else:
       flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
-  for name, choices in (("on_bad_file", ("fail", "skip")), ("engine", ("keras", "estimator"))):
+  for name, choices in (("on_bad_file", ("fail", "skip")), ("engine", ("keras", "estimator")),
+                        ("tuner", ("random", "hyperband", "bayesian"))):
     flags.register_validator(name, lambda v, c=choices: v in c,
                              f"--{name} must be one of {choices}", flag_values=flag_values)
 

@@ -63,6 +63,12 @@ class Params:
   seed: int = 0
   log_every_steps: int = 50
 
+  # --- Hyperparameter search (python -m audioclf.tune).
+  tuner: str = "random"  # "random" | "hyperband" | "bayesian"
+  max_trials: int = 10
+  tune_dir: Optional[str] = None  # keras-tuner project; None: <model_dir>/tune.
+  trial_steps: int = 200  # Training steps per trial (Hyperband: the largest budget).
+
   def replace(self, **changes: Any) -> "Params":
     return dataclasses.replace(self, **changes)
 
