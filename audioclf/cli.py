@@ -46,6 +46,8 @@ _HELP = {
     "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
     "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",
     "trial_steps": "Training steps of one trial (Hyperband: of its longest trials).",
+    "trial_epochs": "Epochs of one trial, each trial_steps/trial_epochs steps and ended by an "
+                    "evaluation; the best one scores the trial (Hyperband: its max_epochs).",
 }
 
 

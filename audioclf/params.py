@@ -68,6 +68,7 @@ class Params:
   max_trials: int = 10
   tune_dir: Optional[str] = None  # keras-tuner project; None: <model_dir>/tune.
   trial_steps: int = 200  # Training steps per trial (Hyperband: the largest budget).
+  trial_epochs: int = 4  # A trial is this many epochs of trial_steps/trial_epochs (Hyperband: max_epochs).
 
   def replace(self, **changes: Any) -> "Params":
     return dataclasses.replace(self, **changes)
