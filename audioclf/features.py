@@ -106,7 +106,12 @@ class SpecAugment(tf.keras.layers.Layer):
     self.max_time_frames = int(max_time_frames)
 
   def call(self, inputs, training: Optional[bool] = None):
-    if training is None or isinstance(training, (bool, int)):
+    if training is None:
+      # Graph-mode Keras (the model that model_to_estimator clones) leaves
+      # `training` unset and says it through the learning phase instead, as
+      # Dropout reads it. Eager Keras always passes a bool.
+      training = tf.keras.backend.learning_phase()
+    if isinstance(training, (bool, int)):
       return self._mask(inputs) if training else inputs
     # A symbolic learning phase (graph-mode Keras) decides at run time.
     return tf.cond(tf.cast(training, tf.bool), lambda: self._mask(inputs),
