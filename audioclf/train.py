@@ -1,0 +1,82 @@
+"""python -m audioclf.train --flagfile=flags/demo.flags --engine=keras|estimator
+
+Trains `params.model` with either engine into --model_dir (resuming what is
+there), and prints the final metrics as one line of JSON, last on stdout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from absl import app
+
+from audioclf import cli
+from audioclf import engines
+from audioclf import manifest as manifest_lib
+from audioclf import model_dir as model_dir_lib
+from audioclf.params import Params
+
+
+def train(params: Params) -> dict[str, Any]:
+  """Trains a model as `params` describe and writes its model_dir.
+
+  Leaves labels.txt, params.json, checkpoints, TensorBoard logs and
+  metrics.json in params.model_dir; a model_dir with checkpoints of the same
+  run is resumed up to params.train_steps.
+
+  Args:
+    params: the run's parameters; model_dir must be set.
+
+  Returns:
+    The metrics also written to metrics.json: engine, model, steps,
+    val_loss/val_accuracy, test_loss/test_accuracy (None without a test split),
+    examples_per_sec, wall_seconds, model_dir.
+
+  Raises:
+    ValueError: invalid params, an unknown engine or model.
+    model_dir.ModelDirError: model_dir holds another engine's or another
+      model's run, or other labels.
+    manifest.DataError: the data source is unusable.
+  """
+  from audioclf import models  # Fails fast on a typo, before scanning the data.
+
+  params.validate()
+  train_fn = engines.get(params.engine)
+  if params.model not in models.MODELS:
+    raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(models.MODELS)}")
+  start = time.perf_counter()
+  manifest = manifest_lib.load(params)
+  model_dir_lib.prepare(params, manifest.labels)
+  result = train_fn(params, manifest)
+  test = result.test or {}
+  metrics = {
+      "engine": params.engine,
+      "model": params.model,
+      "steps": result.steps,
+      "val_loss": result.validation["loss"],
+      "val_accuracy": result.validation["accuracy"],
+      "test_loss": test.get("loss"),
+      "test_accuracy": test.get("accuracy"),
+      "examples_per_sec": result.examples_per_sec,
+      "wall_seconds": round(time.perf_counter() - start, 1),
+      "model_dir": params.model_dir,
+  }
+  model_dir_lib.write_metrics(params.model_dir, metrics)
+  return metrics
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  metrics = train(cli.params_from_flags())
+  print(model_dir_lib.summary_line(metrics), flush=True)
+
+
+def run():
+  cli.define_flags()
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
