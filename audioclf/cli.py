@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from absl import flags
 
-from audioclf.params import Params
+from audioclf.params import SPLITS, Params
 
 _HELP = {
     "data_dir": "Folder with one sub-folder of audio files per label (Speech Commands layout).",
@@ -85,6 +85,31 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS, **overrides: 
             if f.name in flag_values}
   values.update(overrides)
   return Params(**values).validate()
+
+
+def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The Params flags, plus those of the commands that use a trained model_dir. Idempotent."""
+  define_flags(flag_values)
+  if "split" not in flag_values:
+    flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf.evaluate).",
+                      flag_values=flag_values)
+  if "export_dir" not in flag_values:
+    flags.DEFINE_string("export_dir", None, "Where audioclf.export writes the SavedModel "
+                        "(default <model_dir>/export).", flag_values=flag_values)
+
+
+def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:
+  """--model_dir's params.json, with the flags given on the command line (or a flagfile) on top.
+
+  So evaluate, predict and export run with the trained model's parameters by
+  default, while --data_dir, --cache_dir or --batch_size can point elsewhere.
+  """
+  from audioclf import model_dir as model_dir_lib  # Keeps this module free of TensorFlow.
+
+  saved = model_dir_lib.read_params(flag_values["model_dir"].value)
+  given = {f.name: flag_values[f.name].value for f in dataclasses.fields(Params)
+           if f.name in flag_values and flag_values[f.name].present}
+  return saved.replace(**given).validate()
 
 
 def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None:

@@ -1,0 +1,85 @@
+"""python -m audioclf.export --model_dir=runs/demo/keras [--export_dir=runs/demo/keras/export]
+
+Writes a SavedModel of a model_dir from either engine whose serving signature
+takes raw audio: float32 waveforms [batch, clip_samples] at sample_rate.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import tensorflow as tf
+from absl import app
+from absl import flags
+
+from audioclf import cli
+from audioclf import model_dir as model_dir_lib
+from audioclf.models import INPUT_NAME
+from audioclf.params import Params
+
+FLAGS = flags.FLAGS
+
+
+class Classifier(tf.Module):
+  """The served model: raw audio in; probabilities and label names out."""
+
+  def __init__(self, model: tf.keras.Model, labels: Sequence[str], clip_samples: int):
+    super().__init__()
+    self.model = model
+    self._labels = tuple(labels)
+    self.serve = tf.function(
+        self._serve,
+        input_signature=[tf.TensorSpec([None, clip_samples], tf.float32, name=INPUT_NAME)])
+
+  def _serve(self, waveform):
+    probabilities = self.model(waveform, training=False)
+    names = tf.constant(self._labels)
+    return {
+        "probabilities": probabilities,  # float32 [batch, classes]
+        # string [batch, classes]: the label of each probability, per example,
+        # as TF Serving's classify API lays out its "classes".
+        "label_names": tf.broadcast_to(names, tf.shape(probabilities)),
+        "label": tf.gather(names, tf.argmax(probabilities, axis=-1)),  # string [batch]
+    }
+
+
+def export(model_dir: str, export_dir: Optional[str] = None,
+           params: Optional[Params] = None) -> str:
+  """Writes model_dir's latest model as a SavedModel.
+
+  Its "serving_default" signature takes `waveform`, float32 [batch,
+  clip_samples] at params.sample_rate (the log-mel front end is inside), and
+  returns `probabilities` float32 [batch, classes], `label_names` string
+  [batch, classes] and `label` string [batch].
+
+  Args:
+    model_dir: a folder either engine trained.
+    export_dir: where to write; default <model_dir>/export.
+    params: parameters to use instead of model_dir's params.json.
+
+  Returns:
+    export_dir.
+  """
+  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  export_dir = export_dir or os.path.join(model_dir, "export")
+  module = Classifier(model, labels, params.clip_samples)
+  tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+  return export_dir
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  path = export(FLAGS.model_dir, FLAGS.export_dir, cli.params_for_model_dir())
+  print(model_dir_lib.summary_line({"model_dir": FLAGS.model_dir, "export_dir": path}), flush=True)
+
+
+def run():
+  cli.define_model_dir_flags()
+  flags.mark_flag_as_required("model_dir")
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()
