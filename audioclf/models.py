@@ -28,12 +28,19 @@ def _conv_bn_relu(x, filters, kernel, strides=1, name=""):
 
 
 def cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
-  """A small VGG-style CNN: three conv/pool blocks, then global average pooling."""
+  """A small VGG-style CNN: three conv/pool blocks, an average over time, then flatten.
+
+  Averaging over time only keeps where in frequency the energy sits: a
+  global average would leave a model of 3x3 kernels blind to pitch, except
+  through the zero padding at the band edges.
+  """
   x = spectrogram
   for i, filters in enumerate((params.width, 2 * params.width, 2 * params.width)):
     x = _conv_bn_relu(x, filters, 3, name=f"block{i}_")
     x = layers.MaxPool2D(2, padding="same", name=f"block{i}_pool")(x)
-  return layers.GlobalAveragePooling2D(name="pool")(x)
+  # The clip length is fixed, so the frame count is static: pool it all.
+  x = layers.AveragePooling2D(pool_size=(x.shape[1], 1), name="time_pool")(x)
+  return layers.Flatten(name="flatten")(x)
 
 
 def ds_cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
@@ -88,9 +95,12 @@ def build_model(params: Params, num_classes: int) -> tf.keras.Model:
     x = SpecAugment(max_freq_bins=max(1, params.n_mels // 5),
                     max_time_frames=max(1, frames // 10), name="spec_augment")(x)
   x = layers.Reshape((-1, params.n_mels, 1), name="add_channel")(x)
-  # Log-mel levels depend on the recording gain; a learned normalisation spares
-  # every body from having to cope with inputs around -10.
-  x = layers.BatchNormalization(name="input_bn")(x)
+  # Standardise each clip's log-mel over time and frequency. A log-mel level
+  # moves with the recording gain, which says nothing about the class; and a
+  # per-clip statistic, unlike an input BatchNormalization, has no running
+  # average that a short run leaves far from the data (it made a model that fit
+  # its training batches score at chance in inference mode after 60 steps).
+  x = layers.LayerNormalization(axis=[1, 2], center=False, scale=False, name="normalize")(x)
   x = MODELS[params.model](x, params)
   x = layers.Dropout(params.dropout, name="dropout")(x)
   probabilities = layers.Dense(num_classes, activation="softmax", name=OUTPUT_NAME)(x)
