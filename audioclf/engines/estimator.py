@@ -26,8 +26,22 @@ class _StepHook(tf.estimator.SessionRunHook):
       meter.begin_step()
 
   def after_run(self, run_context, run_values):
-    # Train hooks run before the chief's CheckpointSaverHook, whose listener
-    # evaluates: the step ends here, before any evaluation time.
+    for meter in self._meters:
+      meter.end_step()  # A no-op where _EndStepBeforeSave already ended it.
+
+
+class _EndStepBeforeSave(tf.estimator.CheckpointSaverListener):
+  """Ends the step before a checkpoint is written and evaluated.
+
+  The Estimator runs its CheckpointSaverHook, and the evaluation its listener
+  starts, before any train hook's after_run: without this, a step with a
+  checkpoint would count the whole evaluation as training time.
+  """
+
+  def __init__(self, meters: Sequence):
+    self._meters = list(meters)
+
+  def before_save(self, session, global_step_value):
     for meter in self._meters:
       meter.end_step()
 
@@ -75,7 +89,8 @@ def train(params: Params, manifest: Manifest) -> Result:
     validation, _ = tf.estimator.train_and_evaluate(
         estimator,
         tf.estimator.TrainSpec(lambda: input_fn(params, "train", manifest=manifest),
-                               max_steps=params.train_steps, hooks=[_StepHook([timer])]),
+                               max_steps=params.train_steps, hooks=[_StepHook([timer])],
+                               saving_listeners=[_EndStepBeforeSave([timer])]),
         # throttle_secs=0: evaluate every checkpoint; their spacing is the schedule.
         tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=0))
   else:
