@@ -37,6 +37,7 @@ def evaluate(model_dir: str, split: str = "validation",
     model_dir.ModelDirError: no trained model there, or the data's labels
       differ from the model's.
   """
+  engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
   checkpoint = model_dir_lib.latest_checkpoint(model_dir)  # Once: training may add one meanwhile.
   model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
   manifest = manifest_lib.load(params)
@@ -47,7 +48,7 @@ def evaluate(model_dir: str, split: str = "validation",
                            return_dict=True, verbose=0)
   return {
       "model_dir": model_dir,
-      "engine": model_dir_lib.read_params(model_dir).engine,
+      "engine": engine,
       "split": split,
       "steps": model_dir_lib.checkpoint_step(checkpoint),
       "files": len(manifest.split(split)),

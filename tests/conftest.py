@@ -55,3 +55,35 @@ def write_tone_dataset(root, labels=("low", "mid", "high"), per_label=12, sample
 def tone_data(tmp_path):
   """A 3-class tone dataset in tmp_path/data (16 kHz PCM16, 0.5 s, 12 clips a class)."""
   return write_tone_dataset(tmp_path / "data")
+
+
+# --- Trained model_dirs, shared by the engine, evaluate/predict and export tests.
+
+TRAIN_STEPS = 40  # Enough for both engines to tell the tones apart (>0.9) from the same seed.
+
+
+@pytest.fixture(scope="session")
+def tone_params(tmp_path_factory):
+  """Params of a tiny, fast training run on a 3-tone dataset with every split filled."""
+  from audioclf import Params
+  root = tmp_path_factory.mktemp("tones")
+  return Params(data_dir=write_tone_dataset(root / "data"), cache_dir=str(root / "cache"),
+                validation_percent=25, testing_percent=25, clip_seconds=0.5, batch_size=8,
+                width=8, train_steps=TRAIN_STEPS, eval_every_steps=20, learning_rate=3e-3,
+                log_every_steps=10, seed=0)
+
+
+@pytest.fixture(scope="session")
+def trained(tone_params, tmp_path_factory):
+  """trained(engine) -> (params, metrics): that engine's run on tone_params, trained once."""
+  import audioclf
+  runs = {}
+
+  def get(engine):
+    if engine not in runs:
+      params = tone_params.replace(engine=engine,
+                                   model_dir=str(tmp_path_factory.mktemp(engine) / "model"))
+      runs[engine] = (params, audioclf.train(params))
+    return runs[engine]
+
+  return get

@@ -1,0 +1,133 @@
+"""End-to-end runs of both engines on tiny tone data: the files, metrics and resumes they promise."""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+import audioclf
+from audioclf import Params, cli, manifest as manifest_lib, model_dir as model_dir_lib
+from conftest import TRAIN_STEPS, write_tone_dataset
+
+ENGINES = ("keras", "estimator")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_run_leaves_labels_params_metrics_checkpoints_and_logs(trained, engine):
+  params, metrics = trained(engine)
+  model_dir = params.model_dir
+  with open(os.path.join(model_dir, "labels.txt")) as f:
+    assert f.read().splitlines() == list(manifest_lib.load(params).labels) == ["high", "low", "mid"]
+  assert Params.from_json(os.path.join(model_dir, "params.json")) == params
+  with open(os.path.join(model_dir, "metrics.json")) as f:
+    assert json.load(f) == metrics
+  latest = tf.train.latest_checkpoint(model_dir)
+  assert latest.endswith(f"model.ckpt-{TRAIN_STEPS}")
+  assert model_dir_lib.checkpoint_step(latest) == TRAIN_STEPS
+  # TensorBoard event files: training, and evaluation at each checkpoint.
+  assert glob.glob(os.path.join(model_dir, "**", "events.out.tfevents.*"), recursive=True)
+  assert glob.glob(os.path.join(model_dir, "*", "events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_metrics_dict_and_summary_line(trained, engine):
+  params, metrics = trained(engine)
+  assert metrics["engine"] == engine
+  assert metrics["model"] == "cnn"
+  assert metrics["steps"] == TRAIN_STEPS
+  for key in ("val_loss", "val_accuracy", "test_loss", "test_accuracy", "examples_per_sec",
+              "wall_seconds"):
+    assert isinstance(metrics[key], float) and metrics[key] > 0, key
+  line = model_dir_lib.summary_line(metrics)
+  assert "\n" not in line
+  assert json.loads(line) == metrics
+
+
+def test_engines_reach_comparable_accuracy(trained):
+  # Same seed, same data, same steps, same model: the two engines must agree.
+  keras_metrics, estimator_metrics = trained("keras")[1], trained("estimator")[1]
+  for metrics in (keras_metrics, estimator_metrics):
+    assert metrics["val_accuracy"] > 0.9
+    assert metrics["test_accuracy"] > 0.9
+  assert abs(keras_metrics["test_loss"] - estimator_metrics["test_loss"]) < 0.25
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_resume_continues_the_step_count(trained, engine, tmp_path):
+  params, metrics = trained(engine)
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  more = params.replace(model_dir=model_dir, train_steps=TRAIN_STEPS + 10)
+  resumed = audioclf.train(more)
+  assert resumed["steps"] == TRAIN_STEPS + 10
+  assert model_dir_lib.checkpoint_step(tf.train.latest_checkpoint(model_dir)) == TRAIN_STEPS + 10
+  # Ten steps from scratch stay near chance: this run started from the trained weights.
+  assert resumed["val_accuracy"] > 0.9
+  assert Params.from_json(os.path.join(model_dir, "params.json")).train_steps == TRAIN_STEPS + 10
+  # At train_steps already: nothing trains, not even one step, and metrics are still reported.
+  again = audioclf.train(more)
+  assert again["steps"] == TRAIN_STEPS + 10
+  assert again["val_accuracy"] == pytest.approx(resumed["val_accuracy"])
+
+
+def test_other_engines_model_dir_is_refused(trained, tmp_path):
+  params, _ = trained("keras")
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  with pytest.raises(model_dir_lib.ModelDirError, match=r"trained with --engine=keras"):
+    audioclf.train(params.replace(model_dir=model_dir, engine="estimator"))
+
+
+def test_other_labels_or_architecture_are_refused(trained, tmp_path):
+  params, _ = trained("keras")
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  other = write_tone_dataset(tmp_path / "other", labels=("bass", "treble"))
+  with pytest.raises(model_dir_lib.ModelDirError, match=r"labels \['high', 'low', 'mid'\]"):
+    audioclf.train(params.replace(model_dir=model_dir, data_dir=other))
+  with pytest.raises(model_dir_lib.ModelDirError, match=r"--width=8 \(was\) vs 16"):
+    audioclf.train(params.replace(model_dir=model_dir, width=16))
+
+
+def test_checkpoints_without_params_are_refused(trained, tmp_path):
+  params, _ = trained("keras")
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  os.remove(os.path.join(model_dir, "params.json"))
+  with pytest.raises(model_dir_lib.ModelDirError, match="no params.json"):
+    audioclf.train(params.replace(model_dir=model_dir))
+
+
+def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
+  params = Params(data_dir=str(tmp_path / "missing"), model_dir=str(tmp_path / "m"))
+  with pytest.raises(ValueError, match=r"unknown model 'vgg'.*'cnn', 'ds_cnn'"):
+    audioclf.train(params.replace(model="vgg"))
+  with pytest.raises(ValueError, match=r"unknown engine 'jax'.*'estimator', 'keras'"):
+    audioclf.train(params.replace(engine="jax"))
+  assert not os.path.exists(tmp_path / "m")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, engine, tmp_path):
+  flagfile = str(tmp_path / "tiny.flags")
+  params = tone_params.replace(model="ds_cnn", train_steps=6, eval_every_steps=3,
+                               model_dir=str(tmp_path / "model"))
+  cli.to_flagfile(params, flagfile, header="python -m audioclf.train --flagfile=tiny.flags")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run(
+      [sys.executable, "-m", "audioclf.train", f"--flagfile={flagfile}", f"--engine={engine}"],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["engine"] == engine
+  assert summary["model"] == "ds_cnn"
+  assert summary["steps"] == 6
+  with open(os.path.join(params.model_dir, "metrics.json")) as f:
+    assert json.load(f) == summary

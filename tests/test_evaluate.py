@@ -1,0 +1,113 @@
+"""audioclf.evaluate and audioclf.predict on model_dirs from either engine, as Python calls and CLIs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from audioclf import evaluate, model_dir as model_dir_lib, predict as predict_lib
+from audioclf.predict import audio_files, center_clip, predict
+from conftest import tone, write_tone_dataset
+
+ENGINES = ("keras", "estimator")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_evaluate_reproduces_the_runs_test_metrics(trained, engine):
+  params, metrics = trained(engine)
+  results = evaluate(params.model_dir, "test")
+  assert results["engine"] == engine
+  assert results["split"] == "test"
+  assert results["steps"] == metrics["steps"]
+  assert results["accuracy"] == pytest.approx(metrics["test_accuracy"])
+  # Keras weighs the smaller last batch by its size; the Estimator averages
+  # batch losses, so its loss may differ a little.
+  tolerance = 1e-5 if engine == "keras" else 0.5
+  assert results["loss"] == pytest.approx(metrics["test_loss"], rel=tolerance, abs=1e-4)
+
+
+def test_evaluate_refuses_data_with_other_labels(trained, tmp_path):
+  params, _ = trained("keras")
+  other = params.replace(data_dir=write_tone_dataset(tmp_path / "other", labels=("a", "b")))
+  with pytest.raises(model_dir_lib.ModelDirError, match="knows labels"):
+    evaluate(params.model_dir, "validation", other)
+
+
+def test_evaluate_needs_a_trained_model_dir(tmp_path):
+  with pytest.raises(model_dir_lib.ModelDirError, match="no params.json"):
+    evaluate(str(tmp_path))
+
+
+def test_center_clip_crops_the_middle_and_pads_the_end():
+  x = np.arange(10, dtype=np.float32)
+  np.testing.assert_array_equal(center_clip(x, 4), [3, 4, 5, 6])
+  np.testing.assert_array_equal(center_clip(x[:3], 5), [0, 1, 2, 0, 0])
+
+
+def test_audio_files_expands_folders_and_rejects_missing(tmp_path):
+  (tmp_path / "d" / "sub").mkdir(parents=True)
+  for name in ("d/b.wav", "d/sub/a.flac", "d/notes.txt", "c.wav"):
+    (tmp_path / name).write_bytes(b"")
+  files = audio_files([str(tmp_path / "c.wav"), str(tmp_path / "d")])
+  assert [os.path.relpath(f, tmp_path) for f in files] == ["c.wav", "d/b.wav", "d/sub/a.flac"]
+  with pytest.raises(FileNotFoundError, match="nope"):
+    audio_files([str(tmp_path / "nope")])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_predict_names_the_tone_of_each_file(trained, engine, tmp_path):
+  params, _ = trained(engine)
+  sr = params.sample_rate
+  # A long and a short file, and one at another rate: cropped, padded, resampled.
+  sf.write(tmp_path / "low.wav", tone(300.0, 1.3, sr), sr, subtype="PCM_16")
+  sf.write(tmp_path / "mid.flac", tone(660.0, 0.45, sr), sr)
+  sf.write(tmp_path / "high.wav", tone(1452.0, 0.5, 22050), 22050, subtype="FLOAT")
+  results = predict(params.model_dir, [str(tmp_path)])
+  assert [os.path.basename(p) for p, _, _ in results] == ["high.wav", "low.wav", "mid.flac"]
+  for path, label, probability in results:
+    assert label == os.path.splitext(os.path.basename(path))[0]
+    assert 1 / 3 < probability <= 1.0
+
+
+def test_predict_fails_on_bad_audio_unless_told_to_skip(trained, tmp_path):
+  params, _ = trained("keras")
+  (tmp_path / "broken.wav").write_bytes(b"RIFF not really")
+  sf.write(tmp_path / "ok.wav", tone(300.0, 0.5, params.sample_rate), params.sample_rate)
+  with pytest.raises(predict_lib.decode.BadAudioError, match="broken.wav"):
+    predict(params.model_dir, [str(tmp_path)])
+  results = predict(params.model_dir, [str(tmp_path)], params.replace(on_bad_file="skip"))
+  assert [os.path.basename(p) for p, _, _ in results] == ["ok.wav"]
+
+
+@pytest.mark.slow
+def test_evaluate_and_predict_command_lines(trained, tmp_path):
+  params, metrics = trained("estimator")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+  def run(*args):
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()
+
+  last = json.loads(run("audioclf.evaluate", f"--model_dir={params.model_dir}", "--split=test")[-1])
+  assert last["accuracy"] == pytest.approx(metrics["test_accuracy"])
+  clip = str(tmp_path / "clip.wav")
+  sf.write(clip, tone(1452.0, 0.5, params.sample_rate), params.sample_rate)
+  lines = run("audioclf.predict", f"--model_dir={params.model_dir}", clip)
+  path, label, probability = lines[-1].split("\t")
+  assert (path, label) == (clip, "high")
+  assert 0.0 < float(probability) <= 1.0
+
+
+def test_evaluate_needs_a_checkpoint(trained, tmp_path):
+  params, _ = trained("keras")
+  for name in ("params.json", "labels.txt"):
+    (tmp_path / name).write_text(open(os.path.join(params.model_dir, name)).read())
+  with pytest.raises(model_dir_lib.ModelDirError, match="no checkpoint yet"):
+    evaluate(str(tmp_path))

@@ -1,0 +1,39 @@
+"""The SavedModel export: raw waveforms in, the Keras model's probabilities and label names out."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from audioclf import export, model_dir as model_dir_lib
+from conftest import tone
+
+
+@pytest.mark.parametrize("engine", ["keras", "estimator"])
+def test_reloaded_savedmodel_equals_the_keras_model(trained, engine, tmp_path):
+  params, _ = trained(engine)
+  path = export(params.model_dir, str(tmp_path / "export"))
+  model, _, labels = model_dir_lib.load_model(params.model_dir)
+
+  waves = np.stack([tone(f, 0.5, params.sample_rate, seed=i)
+                    for i, f in enumerate((300.0, 660.0, 1452.0, 900.0))])
+  waves = np.concatenate([waves, np.zeros([1, waves.shape[1]], np.float32)])
+  serve = tf.saved_model.load(path).signatures["serving_default"]
+  assert serve.structured_input_signature[1]["waveform"].shape.as_list() == [None, 8000]
+  out = serve(waveform=tf.constant(waves))
+
+  expected = model.predict(waves, verbose=0)
+  np.testing.assert_allclose(out["probabilities"].numpy(), expected, rtol=1e-5, atol=1e-6)
+  names = out["label_names"].numpy().astype(str)
+  assert names.shape == expected.shape
+  assert (names == np.array(labels)).all()
+  best = [labels[i] for i in expected.argmax(axis=1)]
+  assert list(out["label"].numpy().astype(str)) == best
+  # The trained model hears the tones: low, mid, high.
+  assert best[:3] == ["low", "mid", "high"]
+
+
+def test_export_defaults_into_model_dir(trained):
+  params, _ = trained("keras")
+  path = export(params.model_dir)
+  assert path.startswith(params.model_dir)
+  assert tf.saved_model.contains_saved_model(path)

@@ -1,0 +1,93 @@
+"""build_model / compile_model: the contract every engine, the tuner and export rely on."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import audioclf
+from audioclf import Params, models
+
+PARAMS = Params(sample_rate=8000, clip_seconds=0.5, width=8, n_mels=20)
+
+
+@pytest.mark.parametrize("name", sorted(models.MODELS))
+def test_raw_waveform_in_probabilities_out(name):
+  model = models.build_model(PARAMS.replace(model=name), num_classes=5)
+  assert model.input_names == ["waveform"]  # model_to_estimator maps features by this name.
+  assert model.input_shape == (None, 4000)
+  assert model.output_shape == (None, 5)
+  waves = np.random.default_rng(0).standard_normal([3, 4000]).astype(np.float32) * 0.1
+  probs = model(waves, training=False).numpy()
+  np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+  assert (probs >= 0).all()
+
+
+@pytest.mark.parametrize("name", sorted(models.MODELS))
+def test_model_clones_from_its_config(name):
+  # model_to_estimator rebuilds the model in its own graph from get_config.
+  model = models.build_model(PARAMS.replace(model=name), num_classes=3)
+  clone = tf.keras.models.clone_model(model)
+  assert [l.name for l in clone.layers] == [l.name for l in model.layers]
+  assert clone.count_params() == model.count_params()
+
+
+def test_lazy_package_export():
+  assert audioclf.build_model is models.build_model
+
+
+def test_spec_augment_is_optional():
+  with_mask = models.build_model(PARAMS, 3)
+  without = models.build_model(PARAMS.replace(spec_augment=False), 3)
+  assert "spec_augment" in [l.name for l in with_mask.layers]
+  assert "spec_augment" not in [l.name for l in without.layers]
+  assert with_mask.count_params() == without.count_params()
+
+
+def test_width_scales_the_model():
+  small = models.build_model(PARAMS.replace(model="ds_cnn", width=8), 3).count_params()
+  large = models.build_model(PARAMS.replace(model="ds_cnn", width=16), 3).count_params()
+  assert large > 2 * small
+
+
+def test_unknown_model_lists_the_registry():
+  with pytest.raises(ValueError, match=r"unknown model 'resnet9000'.*'cnn'.*'ds_cnn'"):
+    models.build_model(PARAMS.replace(model="resnet9000"), 3)
+
+
+def test_one_class_is_not_a_classifier():
+  with pytest.raises(ValueError, match="two classes"):
+    models.build_model(PARAMS, 1)
+
+
+@pytest.mark.parametrize("name,cls", [("adam", "Adam"), ("sgd", "SGD"), ("rmsprop", "RMSprop")])
+def test_compile_picks_optimizer_by_name(name, cls):
+  params = PARAMS.replace(optimizer=name, learning_rate=0.01)
+  model = models.compile_model(models.build_model(params, 3), params)
+  assert type(model.optimizer).__name__ == cls
+  assert not isinstance(model.optimizer, tf.keras.optimizers.legacy.Optimizer)
+  assert model.optimizer.learning_rate.numpy() == pytest.approx(0.01)
+  # The Estimator engine gets the legacy class model_to_estimator needs.
+  legacy = models.make_optimizer(params.replace(engine="estimator"))
+  assert isinstance(legacy, tf.keras.optimizers.legacy.Optimizer)
+  assert type(legacy).__name__ == cls
+
+
+def test_unknown_optimizer_lists_choices():
+  with pytest.raises(ValueError, match=r"unknown optimizer 'adagrad'.*'adam'"):
+    models.make_optimizer(PARAMS.replace(optimizer="adagrad"))
+
+
+def test_compiled_model_learns_separable_tones():
+  # The whole model, features included, can fit something: loss falls fast.
+  t = np.arange(4000) / 8000
+  rng = np.random.default_rng(0)
+  freqs = np.array([300.0, 1500.0])
+  labels = rng.integers(0, 2, 32)
+  waves = (0.5 * np.sin(2 * np.pi * freqs[labels, None] * t)
+           + 0.05 * rng.standard_normal([32, 4000])).astype(np.float32)
+  params = PARAMS.replace(learning_rate=3e-3, spec_augment=False, dropout=0.0)
+  tf.keras.utils.set_random_seed(0)
+  model = models.compile_model(models.build_model(params, 2), params)
+  history = model.fit(waves, labels, batch_size=8, epochs=6, verbose=0)
+  assert history.history["loss"][-1] < history.history["loss"][0]
+  assert model.evaluate(waves, labels, verbose=0, return_dict=True)["accuracy"] >= 0.9
