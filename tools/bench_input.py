@@ -1,0 +1,291 @@
+"""Input-pipeline throughput of audioclf.input_fn against the naive, best-practice and in-memory pipelines.
+
+  python tools/bench_input.py                        # both workloads, ~4 min on 2 cores
+  python tools/bench_input.py --workloads=wav --n_wav=640 --repeats=1 --min_seconds=0.2  # smoke
+  python tools/bench_input.py --json=runs/bench_input.json
+
+Generates two workloads under --out_dir (1 s 16 kHz mono PCM16 WAVs; 5 s 44.1
+kHz stereo FLAC), then prints one table per workload: examples/s, the ratio
+to the in-memory limit and the seconds to the first batch of a re-created
+dataset, for five pipelines (naive, best_practice, audioclf_cold,
+audioclf_warm, in_memory), and PASS/MISS for the project's targets:
+
+  warm_vs_memory     audioclf warm cache >= 0.9 x in-memory examples/s (steady state)
+  cold_vs_best       audioclf cold first epoch >= best practice's first epoch examples/s
+  warm_first_batch   a re-created warm input_fn yields its first batch in < 0.25 s
+
+Every run after the first construction of each pipeline counts as
+"re-created", as Estimator's repeated input_fn calls are. Runs of the five
+pipelines alternate, --repeats times, and the table shows medians; ratios are
+medians of ratios taken within one round, so slow drifts of a noisy machine
+cancel. The batch size, sample rate, clip length and soxr quality come from
+audioclf's own flags (--batch_size, ...). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Optional
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import audioclf  # noqa: E402
+from audioclf import cli  # noqa: E402
+import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
+
+FLAGS = flags.FLAGS
+PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "in_memory")
+# Pipelines that re-read or re-decode every epoch are measured on their first
+# epoch, which is what a re-created input_fn costs; cached and in-memory ones
+# on the steady state after it, which is what a long training run sees.
+STEADY = ("audioclf_warm", "in_memory")
+TARGET_WARM_RATIO = 0.9
+TARGET_FIRST_BATCH_S = 0.25
+
+
+def define_flags() -> None:
+  cli.define_flags()  # batch_size, sample_rate, clip_seconds, resample_quality, ...
+  flags.DEFINE_integer("n_wav", 4000, "1 s 16 kHz mono PCM16 WAV files to generate.")
+  flags.DEFINE_integer("n_flac", 400, "5 s 44.1 kHz stereo FLAC files to generate.")
+  flags.DEFINE_integer("epochs", 2, "Least number of epochs of a steady-state measurement.")
+  flags.DEFINE_float("min_seconds", 2.0, "Least seconds of a steady-state measurement "
+                     "(more epochs are run until both limits are met).")
+  flags.DEFINE_integer("repeats", 3, "Rounds of alternating runs; the table shows medians.")
+  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_bench"),
+                      "Generated files and caches; files are reused by later runs.")
+  flags.DEFINE_list("workloads", list(benchdata.WORKLOADS), "Workloads to run.")
+  flags.DEFINE_list("pipelines", list(PIPELINES), "Pipelines to run.")
+  flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
+
+
+@dataclasses.dataclass
+class Run:
+  first_batch_s: float
+  first_epoch_examples_per_s: float
+  # CPU time of the whole process (every thread) per example: the work a
+  # pipeline does, which other jobs on a shared machine disturb far less than
+  # they disturb wall-clock rates.
+  first_epoch_cpu_us: float
+  steady_examples_per_s: Optional[float] = None
+  steady_cpu_us: Optional[float] = None
+
+
+def measure(build: Callable[[], tf.data.Dataset], batches_per_epoch: int, steady_epochs: int = 0,
+            min_seconds: float = 0.0) -> Run:
+  """Times one dataset from the call that builds it: first batch, first epoch, steady state.
+
+  The steady state, measured only when steady_epochs > 0, runs whole epochs
+  after the first until both steady_epochs and min_seconds are reached.
+  """
+  t0, c0 = time.perf_counter(), time.process_time()
+  it = iter(build())
+  examples = int(next(it)[1].shape[0])
+  first_batch_s = time.perf_counter() - t0
+  for _ in range(batches_per_epoch - 1):
+    examples += int(next(it)[1].shape[0])
+  t1, c1 = time.perf_counter(), time.process_time()
+  run = Run(first_batch_s, examples / (t1 - t0), (c1 - c0) / examples * 1e6)
+  if steady_epochs > 0:
+    # Whole epochs only: a cache or a shuffle buffer may cost more at an epoch boundary.
+    epochs, examples = 0, 0
+    while epochs < steady_epochs or time.perf_counter() - t1 < min_seconds:
+      for _ in range(batches_per_epoch):
+        examples += int(next(it)[1].shape[0])
+      epochs += 1
+    run.steady_examples_per_s = examples / (time.perf_counter() - t1)
+    run.steady_cpu_us = (time.process_time() - c1) / examples * 1e6
+  del it  # Stops the pipeline's threads before the next run starts.
+  gc.collect()
+  return run
+
+
+def _log(msg: str) -> None:
+  tqdm.write(msg, file=sys.stderr)
+
+
+def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, list[Run]]:
+  """Runs every selected pipeline --repeats times on one workload."""
+  workload = benchdata.WORKLOADS[name]
+  n_files = FLAGS.n_wav if workload.ext == "wav" else FLAGS.n_flac
+  batches = n_files // params.batch_size
+  if batches < 1:
+    raise app.UsageError(f"--n_{workload.ext}={n_files} is less than one batch")
+  root = os.path.join(FLAGS.out_dir, f"{name}-{n_files}")
+  cache_root = os.path.join(FLAGS.out_dir, "cache", f"{name}-{n_files}")
+
+  t = time.perf_counter()
+  with tqdm(total=n_files, desc=f"{name}: files", file=sys.stderr, leave=False) as b:
+    files, labels = benchdata.make_files(workload, root, n_files, progress=b.update)
+  _log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
+
+  data_params = benchdata.audioclf_params(root, os.path.join(cache_root, "warm"), params)
+  builders: dict[str, Callable[[], tf.data.Dataset]] = {}
+  cold_dirs: list[str] = []  # The last one is empty until a cold run fills it.
+
+  def cold():
+    return audioclf.input_fn(data_params.replace(cache_dir=cold_dirs[-1]), "train")
+
+  if "in_memory" in FLAGS.pipelines:
+    t = time.perf_counter()
+    with tqdm(total=n_files, desc=f"{name}: decode to memory", file=sys.stderr, leave=False) as b:
+      clips = benchdata.decode_all(files, data_params, progress=b.update)
+    _log(f"[{name}] decoded {clips.shape} float32 into memory ({time.perf_counter() - t:.1f} s)")
+    builders["in_memory"] = lambda: benchdata.in_memory_input_fn(clips, labels, data_params)
+  if "naive" in FLAGS.pipelines:
+    builders["naive"] = lambda: benchdata.naive_input_fn(files, labels, workload, data_params)
+  if "best_practice" in FLAGS.pipelines:
+    builders["best_practice"] = lambda: benchdata.best_practice_input_fn(
+        files, labels, workload, data_params)
+  if "audioclf_warm" in FLAGS.pipelines:
+    # One pass in eval mode fills the cache (and writes its marker) without timing anything.
+    t = time.perf_counter()
+    for _ in audioclf.input_fn(data_params, "eval", split="train"):
+      pass
+    _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
+    builders["audioclf_warm"] = lambda: audioclf.input_fn(data_params, "train")
+  if "audioclf_cold" in FLAGS.pipelines:
+    builders["audioclf_cold"] = cold
+
+  def fresh_cold_dir(tag: str) -> None:
+    if cold_dirs:
+      shutil.rmtree(cold_dirs[-1], ignore_errors=True)
+    cold_dirs.append(os.path.join(cache_root, f"cold-{tag}"))
+    shutil.rmtree(cold_dirs[-1], ignore_errors=True)
+
+  # The first construction in a process pays one-off costs (TF runtime, kernel
+  # and thread-pool start-up); build and pull a batch from each pipeline once,
+  # so every measured run is a re-created dataset.
+  for p, build in builders.items():
+    if p == "audioclf_cold":
+      fresh_cold_dir("warmup")
+    t = time.perf_counter()
+    next(iter(build()))
+    _log(f"[{name}] first construction of {p}: first batch in {time.perf_counter() - t:.2f} s")
+    gc.collect()
+
+  runs: dict[str, list[Run]] = {p: [] for p in builders}
+  order = [p for p in PIPELINES if p in builders]
+  for r in range(FLAGS.repeats):
+    # Rotate the order so no pipeline always runs right after the same neighbour.
+    for p in order[r % len(order):] + order[:r % len(order)]:
+      bar.set_description(f"{name} round {r + 1}/{FLAGS.repeats}: {p}")
+      if p == "audioclf_cold":
+        fresh_cold_dir(str(r))
+      run = measure(builders[p], batches, FLAGS.epochs if p in STEADY else 0, FLAGS.min_seconds)
+      runs[p].append(run)
+      steady = (f", steady {run.steady_examples_per_s:,.0f}/s"
+                if run.steady_examples_per_s else "")
+      _log(f"[{name}] round {r + 1} {p:13s}: first batch {run.first_batch_s:.3f} s, "
+           f"first epoch {run.first_epoch_examples_per_s:,.0f}/s{steady}, "
+           f"{cpu_us(p, run):.0f} CPU us/example")
+      bar.update(1)
+  if cold_dirs:
+    shutil.rmtree(cold_dirs[-1], ignore_errors=True)
+  return runs
+
+
+def examples_per_s(pipeline: str, run: Run) -> float:
+  return run.steady_examples_per_s if pipeline in STEADY else run.first_epoch_examples_per_s
+
+
+def cpu_us(pipeline: str, run: Run) -> float:
+  return run.steady_cpu_us if pipeline in STEADY else run.first_epoch_cpu_us
+
+
+def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[dict]]:
+  """Table rows and target verdicts of one workload, from the medians over rounds."""
+  rows = []
+  for p, rs in runs.items():
+    ratio = None
+    if "in_memory" in runs:
+      limit = runs["in_memory"]
+      ratio = statistics.median(
+          examples_per_s(p, a) / examples_per_s("in_memory", b) for a, b in zip(rs, limit))
+    rows.append({
+        "workload": name, "pipeline": p,
+        "examples_per_s": statistics.median(examples_per_s(p, r) for r in rs),
+        "cpu_us_per_example": statistics.median(cpu_us(p, r) for r in rs),
+        "measured_over": "steady state" if p in STEADY else "first epoch",
+        "ratio_to_in_memory": ratio,
+        "first_batch_s": statistics.median(r.first_batch_s for r in rs),
+        "runs": [dataclasses.asdict(r) for r in rs],
+    })
+  by = {row["pipeline"]: row for row in rows}
+  targets = []
+  if "audioclf_warm" in by and "in_memory" in by:
+    v = by["audioclf_warm"]["ratio_to_in_memory"]
+    targets.append({"workload": name, "target": "warm_vs_memory", "value": v,
+                    "want": f">= {TARGET_WARM_RATIO}", "pass": v >= TARGET_WARM_RATIO})
+  if "audioclf_cold" in by and "best_practice" in by:
+    v = statistics.median(a.first_epoch_examples_per_s / b.first_epoch_examples_per_s
+                          for a, b in zip(runs["audioclf_cold"], runs["best_practice"]))
+    cold, best = by["audioclf_cold"]["examples_per_s"], by["best_practice"]["examples_per_s"]
+    targets.append({"workload": name, "target": "cold_vs_best", "value": v, "want": ">= 1.0",
+                    "pass": cold >= best})
+  if "audioclf_warm" in by:
+    v = by["audioclf_warm"]["first_batch_s"]
+    targets.append({"workload": name, "target": "warm_first_batch", "value": v,
+                    "want": f"< {TARGET_FIRST_BATCH_S} s", "pass": v < TARGET_FIRST_BATCH_S})
+  return rows, targets
+
+
+def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> None:
+  print(f"\naudioclf input pipelines: batch {params.batch_size}, {params.clip_seconds:g} s clips "
+        f"at {params.sample_rate} Hz, soxr {params.resample_quality}; {os.cpu_count()} CPU cores, "
+        f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
+  print(f"{'workload':8s}  {'pipeline':13s}  {'examples/s':>10s}  {'vs in-memory':>12s}  "
+        f"{'first batch s':>13s}  {'CPU us/ex':>9s}  measured over")
+  for row in rows:
+    ratio = row["ratio_to_in_memory"]
+    ratio_s = f"{ratio:.3f}" if ratio is not None else "-"
+    print(f"{row['workload']:8s}  {row['pipeline']:13s}  {row['examples_per_s']:10,.0f}  "
+          f"{ratio_s:>12s}  {row['first_batch_s']:13.3f}  {row['cpu_us_per_example']:9.0f}  "
+          f"{row['measured_over']}")
+  print()
+  for t in targets:
+    print(f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:17s} "
+          f"{t['value']:.3f} (want {t['want']})")
+
+
+def main(argv):
+  del argv
+  for w in FLAGS.workloads:
+    if w not in benchdata.WORKLOADS:
+      raise app.UsageError(f"--workloads: unknown {w!r}; known: {list(benchdata.WORKLOADS)}")
+  for p in FLAGS.pipelines:
+    if p not in PIPELINES:
+      raise app.UsageError(f"--pipelines: unknown {p!r}; known: {list(PIPELINES)}")
+  params = cli.params_from_flags()
+  rows, targets = [], []
+  total = len(FLAGS.workloads) * len(FLAGS.pipelines) * FLAGS.repeats
+  with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
+    for name in FLAGS.workloads:
+      r, t = summarize(name, bench_workload(name, params, bar))
+      rows += r
+      targets += t
+  print_report(rows, targets, params)
+  if FLAGS.json:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json)), exist_ok=True)
+    with open(FLAGS.json, "w") as f:
+      json.dump({"params": params.to_dict(), "cpu_count": os.cpu_count(),
+                 "tf_version": tf.__version__, "n_wav": FLAGS.n_wav, "n_flac": FLAGS.n_flac,
+                 "repeats": FLAGS.repeats, "rows": rows, "targets": targets}, f, indent=2)
+    print(f"wrote {FLAGS.json}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
