@@ -38,7 +38,8 @@ _HELP = {
     "model_dir": "Where checkpoints, logs, labels.txt, params.json and metrics.json go.",
     "train_steps": "Total training steps (a resumed run continues up to this count).",
     "eval_every_steps": "Evaluate every this many steps; 0 evaluates once at the end.",
-    "learning_rate": "Optimizer learning rate.",
+    "learning_rate": "Optimizer learning rate (the peak, with --lr_schedule=cosine).",
+    "lr_schedule": "constant, or cosine: decay the learning rate to 0 at train_steps.",
     "optimizer": "adam, sgd or rmsprop.",
     "seed": "Seed of weights and augmentation.",
     "log_every_steps": "Log and write summaries every this many steps.",
@@ -74,6 +75,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     else:
       flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
   for name, choices in (("on_bad_file", ("fail", "skip")), ("engine", ("keras", "estimator")),
+                        ("lr_schedule", ("constant", "cosine")),
                         ("tuner", ("random", "hyperband", "bayesian"))):
     flags.register_validator(name, lambda v, c=choices: v in c,
                              f"--{name} must be one of {choices}", flag_values=flag_values)

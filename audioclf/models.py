@@ -108,7 +108,7 @@ def build_model(params: Params, num_classes: int) -> tf.keras.Model:
 
 
 def make_optimizer(params: Params) -> tf.keras.optimizers.Optimizer:
-  """The optimizer `params.optimizer` names, at `params.learning_rate`.
+  """The optimizer `params.optimizer` names, at `params.learning_rate` and its schedule.
 
   The Estimator engine gets the legacy optimizer class: model_to_estimator
   clones the model into a TF1 graph, where only `tf.keras.optimizers.legacy`
@@ -120,7 +120,22 @@ def make_optimizer(params: Params) -> tf.keras.optimizers.Optimizer:
   if params.optimizer not in _OPTIMIZERS:
     raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(_OPTIMIZERS)}")
   family = tf.keras.optimizers.legacy if params.engine == "estimator" else tf.keras.optimizers
-  return getattr(family, _OPTIMIZERS[params.optimizer])(learning_rate=params.learning_rate)
+  return getattr(family, _OPTIMIZERS[params.optimizer])(learning_rate=learning_rate(params))
+
+
+def learning_rate(params: Params):
+  """params.learning_rate, or a schedule of the optimizer's step (the global step, in both engines).
+
+  Raises:
+    ValueError: an unknown schedule name.
+  """
+  if params.lr_schedule == "constant":
+    return params.learning_rate
+  if params.lr_schedule == "cosine":
+    # Large steps find the region fast, small ones settle in it: the last
+    # evaluations stop swinging with the noise of single batches.
+    return tf.keras.optimizers.schedules.CosineDecay(params.learning_rate, params.train_steps)
+  raise ValueError(f"unknown lr_schedule {params.lr_schedule!r}; choose constant or cosine")
 
 
 def compile_model(model: tf.keras.Model, params: Params) -> tf.keras.Model:

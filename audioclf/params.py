@@ -59,6 +59,7 @@ class Params:
   train_steps: int = 1000
   eval_every_steps: int = 0  # 0: once, at the end (Keras: per epoch of this size).
   learning_rate: float = 1e-3
+  lr_schedule: str = "constant"  # "constant" | "cosine" (decays to 0 at train_steps)
   optimizer: str = "adam"
   seed: int = 0
   log_every_steps: int = 50

@@ -91,3 +91,13 @@ def test_compiled_model_learns_separable_tones():
   history = model.fit(waves, labels, batch_size=8, epochs=6, verbose=0)
   assert history.history["loss"][-1] < history.history["loss"][0]
   assert model.evaluate(waves, labels, verbose=0, return_dict=True)["accuracy"] >= 0.9
+
+
+def test_cosine_schedule_decays_to_zero_at_train_steps():
+  params = PARAMS.replace(learning_rate=0.01, lr_schedule="cosine", train_steps=100)
+  schedule = models.learning_rate(params)
+  assert float(schedule(0)) == pytest.approx(0.01)
+  assert float(schedule(50)) == pytest.approx(0.005)
+  assert float(schedule(100)) == pytest.approx(0.0, abs=1e-9)
+  with pytest.raises(ValueError, match="unknown lr_schedule 'step'"):
+    models.make_optimizer(params.replace(lr_schedule="step"))
