@@ -114,8 +114,9 @@ def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ENGINES)
-def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, engine, tmp_path):
+def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path):
+  # The Keras engine: its progress bar shares stdout with the JSON line.
+  engine = "keras"
   flagfile = str(tmp_path / "tiny.flags")
   params = tone_params.replace(model="ds_cnn", train_steps=6, eval_every_steps=3,
                                model_dir=str(tmp_path / "model"))
