@@ -10,7 +10,7 @@ import tensorflow as tf
 from audioclf.params import Params
 
 
-@tf.keras.utils.register_keras_serializable(package="audioclf")
+@tf.keras.saving.register_keras_serializable(package="audioclf")
 class LogMelSpectrogram(tf.keras.layers.Layer):
   """float32 waveforms [batch, samples] -> log-mel energies [batch, frames, n_mels].
 
@@ -87,7 +87,7 @@ class LogMelSpectrogram(tf.keras.layers.Layer):
                stride_ms=params.stride_ms, fmin=params.fmin, fmax=params.fmax, **kwargs)
 
 
-@tf.keras.utils.register_keras_serializable(package="audioclf")
+@tf.keras.saving.register_keras_serializable(package="audioclf")
 class SpecAugment(tf.keras.layers.Layer):
   """Masks random frequency bands and time spans of [batch, frames, bins], in training only.
 

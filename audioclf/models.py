@@ -21,9 +21,9 @@ layers = tf.keras.layers
 
 def _batch_norm(name):
   # Momentum 0.9 (PyTorch's default), not Keras' 0.99: after N steps the moving
-  # variance still holds 0.99**N of its initial 1.0, which for a deep layer whose
-  # activations vary by 0.002 swamped the real statistic for a thousand steps;
-  # a DS-CNN scored at chance in inference mode while it trained fine.
+  # variance still holds 0.99**N of its initial 1.0, which swamps the real
+  # statistic of a deep layer whose activations vary by 0.002 for several
+  # hundred steps; a DS-CNN trained fine yet scored at chance in inference mode.
   return layers.BatchNormalization(momentum=0.9, name=name)
 
 

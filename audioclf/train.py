@@ -15,6 +15,7 @@ from audioclf import cli
 from audioclf import engines
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
+from audioclf import models
 from audioclf.params import Params
 
 
@@ -39,9 +40,8 @@ def train(params: Params) -> dict[str, Any]:
       model's run, or other labels.
     manifest.DataError: the data source is unusable.
   """
-  from audioclf import models  # Fails fast on a typo, before scanning the data.
-
   params.validate()
+  # Names first: a typo fails at once, before the data is scanned.
   train_fn = engines.get(params.engine)
   if params.model not in models.MODELS:
     raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(models.MODELS)}")
