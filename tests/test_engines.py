@@ -18,6 +18,12 @@ ENGINES = ("keras", "estimator")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _summary_steps(log_dir, tag):
+  return [event.step for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+          for event in tf.compat.v1.train.summary_iterator(path)
+          for value in event.summary.value if value.tag == tag]
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_run_leaves_labels_params_metrics_checkpoints_and_logs(trained, engine):
   params, metrics = trained(engine)
@@ -70,6 +76,9 @@ def test_resume_continues_the_step_count(trained, engine, tmp_path):
   # Ten steps from scratch stay near chance: this run started from the trained weights.
   assert resumed["val_accuracy"] > 0.9
   assert Params.from_json(os.path.join(model_dir, "params.json")).train_steps == TRAIN_STEPS + 10
+  if engine == "keras":
+    # fit restarts Keras' batch counter; the summaries must carry on at the global step.
+    assert max(_summary_steps(os.path.join(model_dir, "train"), "batch_loss")) == TRAIN_STEPS + 10
   # At train_steps already: nothing trains, not even one step, and metrics are still reported.
   again = audioclf.train(more)
   assert again["steps"] == TRAIN_STEPS + 10
