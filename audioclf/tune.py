@@ -85,7 +85,7 @@ class AudioHyperModel(kt.HyperModel):
     return p.replace(
         # A trial is a whole training run of trial_steps, evaluated after each
         # epoch: a learning-rate schedule ends within it, and best.flags
-        # trains exactly the best trial again.
+        # describes the very run that the best trial was.
         train_steps=steps_per_epoch(p) * p.trial_epochs,
         eval_every_steps=steps_per_epoch(p),
         model=hp.Choice("model", sorted(models.MODELS), default=p.model),
@@ -100,8 +100,9 @@ class AudioHyperModel(kt.HyperModel):
     )
 
   def build(self, hp: kt.HyperParameters) -> tf.keras.Model:
-    # Drop the previous trial's graph, layer name counters and model before
-    # building the next one; without this, memory grows with every trial.
+    # Drop the previous trial's Keras graph, model and layer-name counters
+    # before building the next one. (Its traced train step is let go of
+    # separately, after the trial: see _forget_custom_gradients.)
     tf.keras.backend.clear_session()
     gc.collect()
     params = self.trial_params(hp)
@@ -374,11 +375,13 @@ def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Param
   Returns:
     `path`.
   """
+  params = params.replace(model_dir=path)
+  if _holds_trial(path, trial, params):
+    return path  # A rerun with the same best: keep it, and anything exported from it.
   model = tuner.load_model(trial)
   # The trial's checkpoint also holds the optimizer's slots; make them, so
   # they are restored and kept: train can then continue from this model_dir.
   model.optimizer.build(model.trainable_variables)
-  params = params.replace(model_dir=path)
   # A rerun whose best trial changed replaces the folder: never two models in one.
   shutil.rmtree(path, ignore_errors=True)
   model_dir_lib.prepare(params, manifest.labels)
@@ -390,6 +393,19 @@ def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Param
       "source": "audioclf.tune", "trial": trial.trial_id, "steps": step,
       OBJECTIVE: float(trial.score), "model_dir": path})
   return path
+
+
+def _holds_trial(path: str, trial: kt.engine.trial.Trial, params: Params) -> bool:
+  try:
+    with open(os.path.join(path, model_dir_lib.METRICS_FILE)) as f:
+      saved_trial = json.load(f).get("trial")
+    # Wherever the folders are now: a moved tune_dir still holds the same model.
+    saved = model_dir_lib.read_params(path).replace(model_dir=params.model_dir,
+                                                    tune_dir=params.tune_dir)
+    return (saved_trial == trial.trial_id and saved == params
+            and tf.train.latest_checkpoint(path) is not None)
+  except (OSError, ValueError, model_dir_lib.ModelDirError):
+    return False
 
 
 def read_trials(tune_dir: str) -> list[dict[str, Any]]:

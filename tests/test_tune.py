@@ -123,12 +123,15 @@ def test_rerun_resumes_and_a_larger_max_trials_extends(search, tmp_path):
   tune_dir = str(tmp_path / "tune")
   shutil.copytree(params.tune_dir, tune_dir)
   params = params.replace(tune_dir=tune_dir)
+  checkpoint = os.path.join(tune_dir, "best_model", "checkpoint")
+  os.utime(checkpoint, (0, 0))
 
   again, _ = _quiet_tune(params)
   assert again["trials_run"] == 0 and again["trials"] == 3
   assert again["decoded"] == 0
   assert again["best_trial"] == summary["best_trial"]
   assert again["best_hyperparameters"] == summary["best_hyperparameters"]
+  assert os.path.getmtime(checkpoint) == 0  # The same best model, kept as it was.
 
   decoded = cache.decode_count()
   more, _ = _quiet_tune(params.replace(max_trials=4))
