@@ -357,9 +357,9 @@ def fill_cache(params: Params, manifest: Manifest) -> int:
     examples = manifest.split(split)
     if not examples or clips.read_marker(examples) is not None:
       continue
-    labels = [manifest.label_id(e.label) for e in examples]
-    for _ in pipeline.clip_dataset(params, examples, labels, repeat=False):
-      pass  # Each element read is a file decoded and stored.
+    # One pass in evaluation order fills the split for every mode and batch size.
+    for _ in pipeline.input_fn(params, "eval", split=split, manifest=manifest):
+      pass
   return cache.decode_count() - before
 
 
