@@ -2,19 +2,26 @@
 
 Layout under `cache_dir`:
 
-  <decode key>/                    one folder per set of decode parameters
-    entries/<kk>/<key>.f32         raw little-endian float32 samples of one file
-    splits/<split key>.json        "this split is complete": written last, atomically
+  <decode key>/                      one folder per set of decode parameters
+    entries/<kk>/<key>.f32           float32 samples of one file that needed soundfile + soxr
+    splits/<split key>.data          every clip of a split, end to end (int16 where every
+                                     file is a canonical PCM16 WAV, else float32)
+    splits/<split key>.idx.npy       int64 [files, 2]: offset and length of each clip
+    splits/<split key>.json          "this split is complete" (and its dtype): written last
 
 An entry's key hashes the file's absolute path, size and mtime, so an edited
-file gets a new entry instead of a stale one; the decode key hashes every
-decode parameter, so a new sample rate gets a new folder. Entries are written
-to a temporary name and renamed, so a reader never sees half an entry, and two
-processes filling the same cache write identical bytes under the same name.
-A split's marker is written only after every one of its entries exists, so a
-run killed while filling leaves no marker and the next run fills again: there
-are no locks to go stale. An entry of zero bytes records a file skipped under
-`on_bad_file="skip"`.
+file gets a new entry instead of a stale one, and a split's key hashes its
+entries, so a changed split gets new split files; the decode key hashes every
+decode parameter, so a new sample rate gets a new folder.
+
+Every file is written under a temporary name and renamed into place, so a
+reader never sees half a file, and two processes filling the same cache write
+identical bytes under the same names. The split's marker is renamed into place
+last, so a run killed while filling leaves no marker and the next run fills
+again, reusing the entries it finds: there are no locks to go stale. Canonical
+PCM16 WAVs at the target rate need no entry: their samples are read straight
+from the source when the split is written. A clip of length zero records a
+file skipped under `on_bad_file="skip"`.
 
   python -m audioclf.cache --data_dir=data/speech_words    # pre-fill every split
   python -m audioclf.cache --data_dir=... --info           # what is cached
@@ -37,7 +44,7 @@ from audioclf import decode
 from audioclf.manifest import Example
 from audioclf.params import Params
 
-CACHE_VERSION = 1  # Bump when the entry format changes; old folders are then ignored.
+CACHE_VERSION = 3  # Bump when a file format changes; old folders are then ignored.
 
 
 def default_cache_dir() -> str:
@@ -67,16 +74,14 @@ class ClipCache:
     key = _digest(example.path, example.size, example.mtime_ns)
     return os.path.join(self.entries_dir, key[:2], key + ".f32")
 
-  def split_key(self, examples: Sequence[Example]) -> str:
-    return _digest(*sorted(self.entry_path(e) for e in examples))
-
-  def marker_path(self, examples: Sequence[Example]) -> str:
-    return os.path.join(self.splits_dir, self.split_key(examples) + ".json")
+  def split_base(self, examples: Sequence[Example]) -> str:
+    """Path prefix of a split's files; its key hashes the split's entries in order."""
+    return os.path.join(self.splits_dir, _digest(*(self.entry_path(e) for e in examples)))
 
   def read_marker(self, examples: Sequence[Example]) -> Optional[dict]:
     """The completed split's record (count, skipped paths), or None when not complete."""
     try:
-      with open(self.marker_path(examples)) as f:
+      with open(self.split_base(examples) + ".json") as f:
         return json.load(f)
     except (OSError, ValueError):
       return None  # Missing, or unreadable: fill again rather than trust it.
@@ -90,10 +95,6 @@ class ClipCache:
   def write_entry(path: str, samples: np.ndarray) -> None:
     _atomic_write(path, np.ascontiguousarray(samples, dtype="<f4").tobytes())
 
-  def write_marker(self, examples: Sequence[Example], skipped: Sequence[str]) -> None:
-    record = {"count": len(examples), "skipped": sorted(skipped), "written": time.time()}
-    _atomic_write(self.marker_path(examples), json.dumps(record).encode("utf-8"))
-
 
 def _atomic_write(path: str, data: bytes) -> None:
   tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -102,86 +103,189 @@ def _atomic_write(path: str, data: bytes) -> None:
   os.replace(tmp, path)
 
 
-class Fill:
-  """One pass that fills a split; marks the split complete when every file is stored.
+class SplitReader:
+  """Cuts windows out of a completed split's clips, memory-mapped.
 
-  Its methods run on tf.data's threads (through tf.numpy_function), so shared
-  state sits behind a lock, and a file counts once however often it is seen.
-
-  Once `finish_at` files are stored, the call that stored the last of them
-  decodes whatever is left before it returns. Training drops the last partial
-  batch of an epoch, so a run of exactly one epoch of steps would otherwise
-  stop with a few files never decoded and the split never marked complete.
+  One call per batch copies each example's window straight from the page
+  cache into the batch: no per-example file, op or dispatch. Opens lazily, so
+  a dataset built before the split exists (a fill's later epochs) can hold one.
   """
 
-  def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params,
-               finish_at: Optional[int] = None):
+  def __init__(self, base: str):
+    self.base = base
+    self._blob = self._index = None
+    self._lock = threading.Lock()
+
+  def _open(self):
+    with self._lock:
+      if self._index is None:
+        with open(self.base + ".json") as f:
+          dtype = json.load(f).get("dtype", "<f4")
+        index = np.load(self.base + ".idx.npy")
+        size = os.path.getsize(self.base + ".data")
+        # mmap of an empty file fails; a split of only skipped files has no samples.
+        self._blob = np.memmap(self.base + ".data", dtype, "r") if size else np.zeros(0, dtype)
+        self._index = index
+    return self._blob, self._index
+
+  @property
+  def lengths(self) -> np.ndarray:
+    return self._open()[1][:, 1]
+
+  def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    """float32 [len(rows), n]: samples [start, start + n) of each clip, zero outside it."""
+    blob, index = self._open()
+    out = np.zeros((len(rows), n), np.float32)
+    for j, (row, start) in enumerate(zip(rows, starts)):
+      offset, length = index[row]
+      lo, hi = max(start, 0), min(start + n, length)
+      if hi > lo:
+        out[j, lo - start:hi - start] = blob[offset + lo:offset + hi]
+    if blob.dtype.kind == "i":
+      out *= np.float32(1 / 32768)  # PCM16 as libsndfile scales it; exact (a power of two).
+    return out
+
+
+class Fill:
+  """One pass that fills a split: decodes files as the pipeline meets them, then writes the split.
+
+  Its methods run on tf.data's threads (through tf.numpy_function), so shared
+  state sits behind a lock. The pipeline calls `finish` from the element that
+  completes its pass (or, in training, the last full batch of the first
+  epoch); `finish` decodes whatever the pass has not reached yet, writes the
+  split's clips end to end, and marks the split complete before that element
+  is delivered. A run of exactly one epoch of steps therefore leaves a
+  complete cache even though training drops the epoch's last partial batch.
+  """
+
+  def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params):
     self.cache, self.params = cache, params
     self.examples = list(examples)
-    self.paths = {cache.entry_path(e).encode(): e.path for e in self.examples}
-    self.finish_at = len(self.examples) if finish_at is None else finish_at
-    self._done: set[bytes] = set()
-    self._skipped: list[str] = []
+    self.entries = [cache.entry_path(e) for e in self.examples]
+    self.rows = {entry.encode(): i for i, entry in enumerate(self.entries)}
+    self.base = cache.split_base(self.examples)
     self._lock = threading.Lock()
-    self._finishing = False
-    self.complete = False
+    self._finished = False
+    self._logged: set[str] = set()
+    self._inflight: dict[bytes, threading.Event] = {}
 
-  def decode_and_store(self, entry: bytes) -> np.ndarray:
-    """Decodes the entry's file with soundfile + soxr and stores it; [] for a skipped file."""
-    path = self.paths[entry]
+  def decode(self, entry: bytes) -> np.ndarray:
+    """The clip of the entry's file: its entry if an earlier pass wrote one, else decoded now.
+
+    Returns zero samples for a bad file under on_bad_file="skip".
+    """
+    path = entry.decode()
+    with self._lock:
+      # `finish` may reach a file the pipeline is decoding right now: wait for that instead.
+      busy = self._inflight.get(entry)
+      if busy is None:
+        self._inflight[entry] = threading.Event()
+    if busy is not None:
+      busy.wait()
+      return self.decode(entry)  # Reads what the other call wrote, or fails as it did.
     try:
-      samples = decode.decode_file(path, self.params.sample_rate, self.params.resample_quality)
+      return self._decode(entry, path)
+    finally:
+      with self._lock:
+        self._inflight.pop(entry).set()
+
+  def _decode(self, entry: bytes, path: str) -> np.ndarray:
+    try:
+      return np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
+    except FileNotFoundError:
+      pass
+    example = self.examples[self.rows[entry]]
+    try:
+      samples = decode.decode_file(example.path, self.params.sample_rate,
+                                   self.params.resample_quality)
     except decode.BadAudioError as e:
       if self.params.on_bad_file != "skip":
         raise
-      logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
+      with self._lock:
+        if e.path not in self._logged:
+          self._logged.add(e.path)
+          logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
       samples = np.zeros(0, np.float32)
-      ClipCache.write_entry(entry.decode(), samples)
-      self._record(entry, skipped=True)
-      return samples
-    ClipCache.write_entry(entry.decode(), samples)
-    self._record(entry)
+    with self._lock:
+      _STATS["decoded"] += 1
+    ClipCache.write_entry(path, samples)
     return samples
 
-  def store(self, entry: bytes, samples: np.ndarray) -> np.int64:
-    """Stores samples decoded elsewhere (the native WAV path)."""
-    ClipCache.write_entry(entry.decode(), samples)
-    self._record(entry)
-    return np.int64(samples.shape[0])
-
-  def reuse(self, entry: bytes, size: np.int64) -> np.int64:
-    """Counts an entry an earlier, unfinished fill already wrote (zero samples: skipped)."""
-    self._record(entry, skipped=size == 0, decoded=False)
-    return size
-
-  def _record(self, entry: bytes, skipped: bool = False, decoded: bool = True) -> None:
-    finish = False
+  def count_native(self) -> np.int64:
+    """Counts a file decoded natively in the graph (for `decode_count`)."""
     with self._lock:
-      if decoded:
-        _STATS["decoded"] += 1
-      if entry in self._done:
-        return
-      self._done.add(entry)
-      if skipped:
-        self._skipped.append(self.paths[entry])
-      if len(self._done) == len(self.examples) and not self.complete:
-        self.cache.write_marker(self.examples, self._skipped)
-        self.complete = True
-        if self._skipped:
-          logging.warning("audioclf: skipped %d bad files of %d", len(self._skipped),
-                          len(self.examples))
-      elif len(self._done) >= self.finish_at and not self._finishing:
-        self._finishing = finish = True
-    if finish:
-      for entry in [k for k in self.paths if k not in self._done]:
-        self.decode_and_store(entry)
+      _STATS["decoded"] += 1
+    return np.int64(0)
+
+  def finish(self) -> np.int64:
+    """Writes the split file, its index and its marker; once per Fill."""
+    with self._lock:
+      if self._finished:
+        return np.int64(0)
+    self._write_split()  # Raises for a bad file under "fail": then no marker, as it should be.
+    with self._lock:
+      self._finished = True
+    return np.int64(0)
+
+  def _write_split(self) -> None:
+    start, skipped = time.time(), []
+    headers = []
+    for example in self.examples:
+      with open(example.path, "rb") as f:
+        headers.append(f.read(decode.HEADER_BYTES))
+    native = [decode.native_wav_header_ok(h, e.size, self.params.sample_rate)
+              for h, e in zip(headers, self.examples)]
+    # A split of canonical PCM16 WAVs (Speech Commands is one) keeps its int16
+    # words: half the bytes of float32, copied without conversion, exact.
+    dtype = "<i2" if all(native) else "<f4"
+    index = np.zeros((len(self.examples), 2), np.int64)
+    tmp = f"{self.base}.data.{os.getpid()}.{threading.get_ident()}.tmp"
+    offset = 0
+    try:
+      with open(tmp, "wb") as out:
+        for row, (example, entry) in enumerate(zip(self.examples, self.entries)):
+          if dtype == "<i2":
+            with open(example.path, "rb") as f:
+              f.seek(decode.HEADER_BYTES)
+              data = f.read()
+            count = len(data) // 2
+          else:
+            samples = (decode.read_native_wav(example.path) if native[row]
+                       else self.decode(entry.encode()))
+            data, count = np.ascontiguousarray(samples, dtype).tobytes(), samples.size
+          if count == 0:
+            skipped.append(example.path)
+          out.write(data)
+          index[row] = offset, count
+          offset += count
+    except BaseException:
+      os.remove(tmp)  # A bad file under "fail": leave nothing half-written behind.
+      raise
+    with self._lock:
+      _STATS["decoded"] += sum(native)  # Read from source again just now.
+    os.replace(tmp, self.base + ".data")
+    idx_tmp = f"{self.base}.idx.{os.getpid()}.{threading.get_ident()}.tmp.npy"
+    np.save(idx_tmp, index)
+    os.replace(idx_tmp, self.base + ".idx.npy")
+    record = {"count": len(self.examples), "samples": int(offset), "dtype": dtype,
+              "skipped": sorted(skipped), "written": time.time()}
+    # The marker goes last: until it exists, no reader trusts the files above.
+    _atomic_write(self.base + ".json", json.dumps(record).encode("utf-8"))
+    if skipped:
+      logging.warning("audioclf: skipped %d bad files of %d", len(skipped), len(self.examples))
+    logging.info("audioclf: cached %d clips (%.1f MB) in %.2fs", len(self.examples),
+                 offset * np.dtype(dtype).itemsize / 1e6, time.time() - start)
 
 
 _STATS: collections.Counter = collections.Counter()
 
 
 def decode_count() -> int:
-  """Files decoded (not read from the cache) by this process so far."""
+  """Files this process decoded from their source (not read from the cache) so far.
+
+  Counts soundfile decodes as they happen and canonical WAVs when a fill
+  writes its split (the fill reads those from source again there).
+  """
   return _STATS["decoded"]
 
 
@@ -202,10 +306,9 @@ def prefill(params: Params) -> dict[str, dict]:
       continue
     warm = cache.read_marker(examples) is not None
     decoded = decode_count()
-    ds = pipeline.clip_dataset(params, examples, [manifest.label_id(e.label) for e in examples],
-                               repeat=False)
-    kept = sum(1 for _ in tqdm(ds.as_numpy_iterator(), total=len(examples), desc=split,
-                               unit="file", disable=None))
+    # One pass in evaluation order fills the split, whatever mode later reads it.
+    ds = pipeline.input_fn(params.replace(batch_size=1), "eval", split=split, manifest=manifest)
+    kept = sum(1 for _ in tqdm(ds, total=len(examples), desc=split, unit="file", disable=None))
     report[split] = {"files": len(examples), "kept": kept, "decoded": decode_count() - decoded,
                      "was_cached": warm}
   return report
@@ -214,14 +317,17 @@ def prefill(params: Params) -> dict[str, dict]:
 def cache_info(params: Params) -> dict:
   """Size and completeness of the cache that `params` uses."""
   cache = ClipCache(params)
-  entries = nbytes = 0
-  for dirpath, _, files in os.walk(cache.entries_dir):
+  counts = collections.Counter()
+  for dirpath, _, files in os.walk(cache.root):
     for name in files:
-      if name.endswith(".f32"):
-        entries += 1
-        nbytes += os.path.getsize(os.path.join(dirpath, name))
-  splits = len(os.listdir(cache.splits_dir)) if os.path.isdir(cache.splits_dir) else 0
-  return {"root": cache.root, "entries": entries, "bytes": nbytes, "complete_splits": splits}
+      kind = "entries" if dirpath.startswith(cache.entries_dir) else "splits"
+      counts[kind + "_bytes"] += os.path.getsize(os.path.join(dirpath, name))
+      if name.endswith(".f32") and kind == "entries":
+        counts["entries"] += 1
+      if name.endswith(".json"):
+        counts["complete_splits"] += 1
+  return {"root": cache.root, **{k: counts[k] for k in
+                                 ("entries", "entries_bytes", "complete_splits", "splits_bytes")}}
 
 
 def main(argv: Sequence[str]) -> None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from audioclf import decode, manifest as manifest_lib
-from audioclf.cache import ClipCache, Fill
+from audioclf.cache import ClipCache, Fill, SplitReader
 from audioclf.manifest import Example, Manifest
 from audioclf.params import MODES, Params
 
@@ -19,19 +19,25 @@ _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
 
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
-             manifest: Optional[Manifest] = None) -> tf.data.Dataset:
+             manifest: Optional[Manifest] = None,
+             seed_offset: Union[None, int, tf.Tensor] = None) -> tf.data.Dataset:
   """The dataset for `mode`: `(features, labels)` batches, prefetched.
 
   Mode "train" reads the train split, shuffled and repeated forever; "eval"
   and "infer" read the validation split (or `split`) once, in a fixed order.
   Decoded clips come from the persistent cache; the first pass over a split
-  decodes and fills it, every later call reads it.
+  decodes and fills it, every later call and process reads it.
 
   Args:
     params: the run's parameters.
     mode: "train", "eval" or "infer" (tf.estimator.ModeKeys values).
     split: "train", "validation" or "test"; defaults by mode as above.
     manifest: a manifest already loaded from `params` (saves a folder scan).
+    seed_offset: moves training to a later stretch of its shuffle sequence,
+      so a resumed run or a re-created input_fn does not replay the same
+      first epoch. Default: the global step when called inside a graph that
+      has one (as tf.estimator does), else 0. The Keras engine passes its
+      initial step.
 
   Returns:
     A tf.data.Dataset of ({"waveform": float32 [batch, clip_samples]},
@@ -52,144 +58,194 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
         f"the {split!r} split of {params.manifest or params.data_dir} is empty "
         f"({manifest.counts()}); add files or adjust validation/testing percentages")
   training = mode == "train"
-  labels = [manifest.label_id(e.label) for e in examples]
-  clips = clip_dataset(params, examples, labels, repeat=training)
+  labels = np.asarray([manifest.label_id(e.label) for e in examples], np.int32)
+  order = _Order(params, _offset(seed_offset) if training else 0)
 
-  # Augment after the cache: the cache holds each file once, and the random
-  # window, shift and noise are drawn anew every epoch.
-  if training:
-    clips = clips.map(lambda w, y: (_random_window(w, params), y), num_parallel_calls=AUTOTUNE)
-    if params.noise_prob > 0:
-      clips = clips.map(lambda w, y: (_add_noise(w, params), y), num_parallel_calls=AUTOTUNE)
+  cache = ClipCache(params)
+  marker = cache.read_marker(examples)
+  if marker is not None:
+    ds = _warm(params, cache.split_base(examples), labels, order, training)
   else:
-    clips = clips.map(lambda w, y: (_center_window(w, params.clip_samples), y),
-                      num_parallel_calls=AUTOTUNE)
+    ds = _cold(params, cache, examples, labels, order, training)
 
-  # Training batches all have the same shape (static shapes help XLA and the
-  # accelerators); evaluation keeps its last, smaller batch so every example
-  # counts exactly once.
-  ds = clips.batch(params.batch_size, drop_remainder=training)
+  # Noise after the cache and per batch: drawn anew every epoch, one op for the batch.
+  if training and params.noise_prob > 0:
+    ds = ds.enumerate().map(lambda k, batch: (_add_noise(batch[0], params, k), batch[1]),
+                            num_parallel_calls=AUTOTUNE)
   ds = ds.map(lambda w, y: ({"waveform": w}, y))
   # Prefetch last: the next batches are prepared while the model trains on this one.
   ds = ds.prefetch(AUTOTUNE)
   return ds.with_options(_options(params, training))
 
 
-def clip_dataset(params: Params, examples: Sequence[Example], labels: Sequence[int],
-                 repeat: bool) -> tf.data.Dataset:
-  """(waveform float32 [samples], label int32) per file, through the persistent cache.
+class _Order:
+  """Which file comes when: a new permutation of the split every epoch.
 
-  With `repeat`, files are shuffled every epoch and the stream never ends;
-  without it, each file comes once, in manifest order.
+  Each epoch's permutation is a pure function of (seed, epoch + offset), so a
+  cold run and a warm run visit files in the same order, and nothing larger
+  than the list of file numbers is ever buffered: a re-created dataset starts
+  at once, however large the split.
   """
-  cache = ClipCache(params)
-  marker = cache.read_marker(examples)
-  if marker is not None:
-    skipped = set(marker.get("skipped", ()))
-    if skipped:
-      logging.info("audioclf: %d bad files were skipped when this split was cached", len(skipped))
-    kept = [(e, y) for e, y in zip(examples, labels) if e.path not in skipped]
-    entries = [cache.entry_path(e) for e, _ in kept]
-    return _cached(entries, [y for _, y in kept], params, repeat)
 
-  # Cold: this pass decodes and fills; with `repeat`, later epochs read what it wrote.
+  def __init__(self, params: Params, offset):
+    seed = params.shuffle_seed
+    self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
+    self.offset = offset
+
+  def rows(self, n: int, repeat: bool) -> tf.data.Dataset:
+    if not repeat:
+      return tf.data.Dataset.range(n)
+    seed, offset = self.seed, self.offset
+
+    def permutation(epoch):
+      key = tf.stack([tf.constant(seed, tf.int64), epoch + tf.cast(offset, tf.int64)])
+      return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
+
+    # Shuffle and then repeat, epoch by epoch: every file once per epoch.
+    return tf.data.Dataset.range(2**62).map(permutation).unbatch()
+
+
+def _offset(seed_offset):
+  if seed_offset is not None:
+    return seed_offset
+  if not tf.executing_eagerly():
+    step = tf.compat.v1.train.get_global_step()
+    if step is not None:
+      # Read when the Estimator initializes the iterator, after a restore.
+      return tf.cast(step, tf.int64)
+  return 0
+
+
+def _window_rows(windows, labels: np.ndarray, params: Params, training: bool):
+  """Maps batches of row numbers to (windows float32 [b, n], labels int32 [b])."""
+  labels_t = tf.constant(labels)
+  n, shift = params.clip_samples, int(round(params.time_shift_seconds * params.sample_rate))
+
+  def cut(batch_no, rows):
+    # Stateless draws keyed by the batch number: the same windows whatever
+    # order the parallel map finishes in.
+    u = tf.random.stateless_uniform(tf.shape(rows), seed=tf.stack([
+        tf.constant(params.seed, tf.int64), batch_no]), dtype=tf.float64)
+    if not training:
+      u = tf.zeros_like(u)
+    w = tf.numpy_function(lambda r, u: windows(r, u, n, shift if training else None),
+                          [rows, u], tf.float32, stateful=False)
+    w = tf.ensure_shape(w, [rows.shape[0], n])  # Static batch size where the rows have one.
+    return w, tf.gather(labels_t, rows)
+
+  return cut
+
+
+def _windows_from(reader: SplitReader):
+  def windows(rows, u, n, shift):
+    lengths = reader.lengths[rows]
+    if shift is None:  # Evaluation: the middle of the clip; short clips padded at the end.
+      starts = np.maximum(lengths - n, 0) // 2
+    else:  # Training: a window that starts up to `shift` before the clip or after its end.
+      span = np.maximum(lengths - n, 0) + 2 * shift + 1
+      starts = np.minimum((u * span).astype(np.int64), span - 1) - shift
+    return reader.windows(rows, starts, n)
+  return windows
+
+
+def _warm(params: Params, base: str, labels: np.ndarray, order: _Order,
+          training: bool) -> tf.data.Dataset:
+  """Batches cut from a complete split: one memory-mapped gather per batch."""
+  reader = SplitReader(base)
+  kept = np.flatnonzero(reader.lengths > 0)  # Zero length: a file skipped as bad.
+  if len(kept) < len(labels):
+    logging.info("audioclf: %d bad files were skipped when this split was cached",
+                 len(labels) - len(kept))
+  kept_t = tf.constant(kept, tf.int64)
+  rows = order.rows(len(kept), repeat=training).map(lambda i: tf.gather(kept_t, i))
+  ds = rows.batch(params.batch_size, drop_remainder=training).enumerate()
+  return ds.map(_window_rows(_windows_from(reader), labels, params, training),
+                num_parallel_calls=AUTOTUNE)
+
+
+def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels: np.ndarray,
+          order: _Order, training: bool) -> tf.data.Dataset:
+  """The first pass decodes every file and writes the split; in training, later epochs read it."""
   cache.prepare()
-  # Training drops an epoch's last partial batch (see input_fn); the fill
-  # finishes the files that batch would hold as soon as the rest are stored.
-  finish_at = len(examples) - len(examples) % params.batch_size if repeat else None
-  fill = Fill(cache, examples, params, finish_at=finish_at)
-  entries = [cache.entry_path(e) for e in examples]
-  first = _decode_and_fill(examples, entries, labels, params, fill, shuffle=repeat)
-  if not repeat:
-    return first
-  # The same file order a warm run has: the cached stream's first epoch is
-  # the permutation the fill just used, so skip it. Zero-byte entries are
-  # files skipped as bad; the filter drops them.
-  rest = _cached(entries, labels, params, repeat=True, skip=len(entries))
-  return first.concatenate(rest.filter(lambda w, y: tf.size(w) > 0))
+  fill = Fill(cache, examples, params)
+  n, batch = len(examples), params.batch_size
+  paths = tf.constant([e.path for e in examples])
+  entries = tf.constant(fill.entries)
+  labels_t = tf.constant(labels)
+  # The element whose batch completes the pass writes the split before it is
+  # delivered. Training drops its last partial batch, so there that is the
+  # last full batch of the first epoch (see Fill).
+  finish_at = (n - n % batch if training and n >= batch else n) - 1
 
+  # Only a .wav can take the native path; knowing that here saves an op per file.
+  maybe_native = tf.constant([os.path.splitext(e.path)[1].lower() in (".wav", ".wave")
+                              for e in examples])
 
-def _file_order(ds: tf.data.Dataset, n: int, params: Params, shuffle: bool) -> tf.data.Dataset:
-  # Shuffle file names, not waveforms: a buffer of n strings fills in
-  # microseconds, so a re-created dataset starts at once, and the order is a
-  # true permutation of the whole split every epoch.
-  if shuffle:
-    ds = ds.shuffle(n, seed=params.shuffle_seed, reshuffle_each_iteration=True)
-  return ds
-
-
-def _read_entry(path: tf.Tensor) -> tf.Tensor:
-  return tf.io.decode_raw(tf.io.read_file(path), tf.float32)
-
-
-def _cached(entries: Sequence[str], labels: Sequence[int], params: Params,
-            repeat: bool, skip: int = 0) -> tf.data.Dataset:
-  ds = tf.data.Dataset.from_tensor_slices((list(entries), np.asarray(labels, np.int32)))
-  ds = _file_order(ds, len(entries), params, shuffle=repeat)
-  # Repeat before the map, so reading overlaps the epoch boundary instead of draining.
-  if repeat:
-    ds = ds.repeat()
-  if skip:
-    ds = ds.skip(skip)  # Names only: nothing is read for the skipped elements.
-  return ds.map(lambda path, y: (_read_entry(path), y), num_parallel_calls=AUTOTUNE)
-
-
-def _decode_and_fill(examples: Sequence[Example], entries: Sequence[str], labels: Sequence[int],
-                     params: Params, fill: Fill, shuffle: bool) -> tf.data.Dataset:
-  """One pass over the files that decodes each and writes its cache entry.
-
-  Entries an interrupted earlier fill already wrote are read, not decoded:
-  entries are renamed into place whole, so one that exists is complete.
-  """
-  stored = [os.path.exists(p) for p in entries]
-
-  def decode_one(path, entry, label, have):
-    def reuse():
-      samples = _read_entry(entry)
-      counted = tf.numpy_function(fill.reuse, [entry, tf.size(samples, out_type=tf.int64)],
-                                  tf.int64, stateful=True)
-      with tf.control_dependencies([counted]):
-        return tf.identity(samples)
-
-    def decode_file():
-      # Canonical PCM16 mono WAVs at the target rate decode natively, in
-      # parallel and without the GIL; everything else (FLAC, other rates,
-      # multichannel, anything odd or broken) goes through soundfile + soxr.
-      is_wav = tf.strings.regex_full_match(tf.strings.lower(path), r".*\.wave?")
-      contents = tf.cond(is_wav, lambda: tf.io.read_file(path), lambda: tf.constant(b""))
-      native = tf.logical_and(is_wav, decode.native_wav_ok(contents, params.sample_rate))
-
-      def native_path():
-        samples = decode.native_decode_wav(contents)
-        written = tf.numpy_function(fill.store, [entry, samples], tf.int64, stateful=True)
-        with tf.control_dependencies([written]):
-          return tf.identity(samples)
-
-      return tf.cond(native, native_path, lambda: tf.numpy_function(
-          fill.decode_and_store, [entry], tf.float32, stateful=True))
-
-    samples = tf.cond(have, reuse, decode_file)
+  def decode_one(i, row):
+    path, entry = paths[row], entries[row]
+    # Canonical PCM16 mono WAVs at the target rate decode natively, in
+    # parallel and without the GIL; everything else (FLAC, other rates,
+    # multichannel, anything odd or broken) goes through soundfile + soxr.
+    contents = tf.cond(maybe_native[row], lambda: tf.io.read_file(path), lambda: tf.constant(b""))
+    native, samples = decode.native_wav(contents, params.sample_rate)
+    samples = tf.cond(native, lambda: samples, lambda: tf.numpy_function(
+        fill.decode, [entry], tf.float32, stateful=True))
     samples.set_shape([None])
-    return samples, label
+    done = tf.cond(tf.equal(i, finish_at),
+                   lambda: tf.numpy_function(fill.finish, [], tf.int64, stateful=True),
+                   lambda: tf.constant(0, tf.int64))
+    with tf.control_dependencies([done]):
+      return i, tf.identity(samples), tf.gather(labels_t, row)
 
-  ds = tf.data.Dataset.from_tensor_slices(
-      ([e.path for e in examples], list(entries), np.asarray(labels, np.int32), stored))
-  ds = _file_order(ds, len(examples), params, shuffle)
-  ds = ds.map(decode_one, num_parallel_calls=AUTOTUNE)
-  # Zero samples mark a file skipped as bad (on_bad_file="skip").
-  return ds.filter(lambda w, y: tf.size(w) > 0)
+  first = order.rows(n, repeat=training).take(n).enumerate()
+  # deterministic: the element that finishes must stay in the batch it completes.
+  first = first.map(decode_one, num_parallel_calls=AUTOTUNE, deterministic=True)
+  if params.on_bad_file == "skip":
+    first = first.filter(lambda i, w, y: tf.size(w) > 0)  # Files skipped as bad.
+  if training:
+    first = first.map(lambda i, w, y: (_random_window(w, params, i), y),
+                      num_parallel_calls=AUTOTUNE)
+  else:
+    first = first.map(lambda i, w, y: (_center_window(w, params.clip_samples), y),
+                      num_parallel_calls=AUTOTUNE)
+  if not training:
+    return first.batch(batch)
+
+  # Later epochs: the warm path's batches, over the split the first epoch wrote.
+  cut = _window_rows(_windows_from(SplitReader(fill.base)), labels, params, training=True)
+  later = order.rows(n, repeat=True).skip(n)
+  if params.on_bad_file == "skip":
+    # Bad files are known only once the first epoch has run: drop their empty windows one by one.
+    valid = lambda w, y: tf.reduce_any(tf.not_equal(w, 0.0))
+    rest = later.batch(batch).enumerate().map(cut, num_parallel_calls=AUTOTUNE).unbatch()
+    return first.concatenate(rest.filter(valid)).batch(batch, drop_remainder=True)
+  # Complete the first epoch's last batch from the second epoch, as a warm run's
+  # batches run on across epochs, then continue a batch at a time.
+  fill_up = (batch - n % batch) % batch
+  head = later.take(fill_up).batch(max(fill_up, 1), drop_remainder=True).enumerate().map(cut)
+  head = head.unbatch()
+  rest = later.skip(fill_up).batch(batch, drop_remainder=True).enumerate()
+  return first.concatenate(head).batch(batch, drop_remainder=True).concatenate(
+      rest.map(cut, num_parallel_calls=AUTOTUNE))
 
 
-def _random_window(samples: tf.Tensor, params: Params) -> tf.Tensor:
-  """A random clip_samples window, shifted up to time_shift_seconds, zero-padded."""
+def _random_window(samples: tf.Tensor, params: Params, key=0) -> tf.Tensor:
+  """A random clip_samples window, shifted up to time_shift_seconds, zero-padded.
+
+  The window starts anywhere from `shift` before the audio to `shift` after
+  the last full window (the warm path draws the same way). It slices first
+  and pads only the slice: padding a 5 s clip to cut 1 s is wasted work. The
+  draw is stateless, keyed by (seed, key), so parallel maps stay reproducible.
+  """
   n = params.clip_samples
   shift = int(round(params.time_shift_seconds * params.sample_rate))
   length = tf.shape(samples)[0]
-  # Pad short clips to the window, then by `shift` on both sides, so the
-  # window can start anywhere from `shift` before the audio to `shift` after it.
-  samples = tf.pad(samples, [[shift, shift + tf.maximum(n - length, 0)]])
-  start = tf.random.uniform([], 0, tf.shape(samples)[0] - n + 1, dtype=tf.int32)
-  return tf.ensure_shape(samples[start:start + n], [n])
+  span = tf.maximum(length - n, 0) + 2 * shift + 1
+  seed = tf.stack([tf.constant(params.seed, tf.int64), tf.cast(key, tf.int64)])
+  start = tf.random.stateless_uniform([], seed, 0, span, dtype=tf.int32) - shift
+  lo = tf.clip_by_value(start, 0, length)
+  hi = tf.clip_by_value(start + n, lo, length)
+  return tf.ensure_shape(tf.pad(samples[lo:hi], [[lo - start, n - (lo - start) - (hi - lo)]]), [n])
 
 
 def _center_window(samples: tf.Tensor, n: int) -> tf.Tensor:
@@ -200,11 +256,14 @@ def _center_window(samples: tf.Tensor, n: int) -> tf.Tensor:
   return tf.ensure_shape(samples, [n])
 
 
-def _add_noise(samples: tf.Tensor, params: Params) -> tf.Tensor:
-  rms = tf.sqrt(tf.reduce_mean(tf.square(samples)) + 1e-12)
+def _add_noise(samples: tf.Tensor, params: Params, key=0) -> tf.Tensor:
+  """White noise at noise_snr_db under each example (last axis), with chance noise_prob."""
+  rms = tf.sqrt(tf.reduce_mean(tf.square(samples), axis=-1, keepdims=True) + 1e-12)
   scale = rms / (10.0 ** (params.noise_snr_db / 20.0))
-  noisy = samples + scale * tf.random.normal(tf.shape(samples))
-  return tf.where(tf.random.uniform([]) < params.noise_prob, noisy, samples)
+  seed = tf.stack([tf.constant(params.seed + 1, tf.int64), tf.cast(key, tf.int64)])
+  noisy = samples + scale * tf.random.stateless_normal(tf.shape(samples), seed)
+  chosen = tf.random.stateless_uniform(tf.shape(rms), seed + 1) < params.noise_prob
+  return tf.where(chosen, noisy, samples)
 
 
 def _options(params: Params, training: bool) -> tf.data.Options:

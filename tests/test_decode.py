@@ -63,13 +63,27 @@ def test_native_fast_path_is_taken_and_matches_soundfile(tmp_path):
   path = str(tmp_path / "x.wav")
   sf.write(path, tone(440.0, 0.25, 16000), 16000, subtype="PCM_16")
   contents = tf.io.read_file(path)
-  assert bool(decode.native_wav_ok(contents, 16000))
-  assert not bool(decode.native_wav_ok(contents, 8000))  # Needs resampling: soundfile path.
-  np.testing.assert_array_equal(decode.native_decode_wav(contents).numpy(),
-                                sf.read(path, dtype="float32")[0])
+  ok, samples = decode.native_wav(contents, 16000)
+  assert bool(ok)
+  np.testing.assert_array_equal(samples.numpy(), sf.read(path, dtype="float32")[0])
+  np.testing.assert_array_equal(decode.read_native_wav(path), samples.numpy())
+  assert not bool(decode.native_wav(contents, 8000)[0])  # Needs resampling: soundfile path.
   for subtype in ("PCM_24", "FLOAT"):
     sf.write(path, tone(440.0, 0.25, 16000), 16000, subtype=subtype)
-    assert not bool(decode.native_wav_ok(tf.io.read_file(path), 16000))
+    assert not bool(decode.native_wav(tf.io.read_file(path), 16000)[0])
+
+
+@pytest.mark.parametrize("cut", [0, 10, 43, 44, 45, 1000])
+def test_native_check_and_its_python_twin_agree(tmp_path, cut):
+  path = str(tmp_path / "x.wav")
+  sf.write(path, tone(440.0, 0.1, 16000), 16000, subtype="PCM_16")
+  data = open(path, "rb").read()
+  data = data[:-cut] if cut else data
+  open(path, "wb").write(data)
+  for rate in (16000, 8000):
+    graph = bool(decode.native_wav(tf.io.read_file(path), rate)[0])
+    assert graph == decode.native_wav_header_ok(data[:44], len(data), rate)
+    assert graph == (cut == 0 and rate == 16000)
 
 
 def write_bad_files(folder):

@@ -78,14 +78,16 @@ def test_graph_mode_gives_what_eager_gives(params):
 def test_random_window_shifts_and_pads_within_bounds():
   params = audioclf.Params(sample_rate=100, clip_seconds=1.0, time_shift_seconds=0.2)
   ramp = tf.range(1, 81, dtype=tf.float32)  # 0.8 s: shorter than the clip.
-  outs = [pipeline._random_window(ramp, params).numpy() for _ in range(50)]
+  outs = [pipeline._random_window(ramp, params, key).numpy() for key in range(50)]
   assert all(o.shape == (100,) for o in outs)
   for o in outs:
     nz = o[o != 0]
     np.testing.assert_array_equal(nz, np.arange(nz[0], nz[0] + len(nz)))  # One contiguous piece.
   assert len({o.tobytes() for o in outs}) > 10
   long = tf.range(1, 301, dtype=tf.float32)
-  starts = {int(pipeline._random_window(long, params).numpy()[50]) for _ in range(50)}
+  starts = {int(pipeline._random_window(long, params, key).numpy()[50]) for key in range(50)}
+  np.testing.assert_array_equal(pipeline._random_window(long, params, 7),
+                                pipeline._random_window(long, params, 7))  # Reproducible.
   assert len(starts) > 10
 
 
@@ -104,6 +106,9 @@ def test_noise_is_added_at_the_asked_snr():
   snr = 20 * np.log10(np.sqrt(np.mean(clean.numpy() ** 2)) / np.sqrt(np.mean(noise ** 2)))
   assert abs(snr - 20.0) < 0.5
   np.testing.assert_array_equal(pipeline._add_noise(clean, params.replace(noise_prob=0.0)), clean)
+  batch = tf.stack([clean] * 200)
+  noisy_rows = (pipeline._add_noise(batch, params.replace(noise_prob=0.3), 5) != batch).numpy()
+  assert 30 < noisy_rows.any(axis=1).sum() < 90  # Chosen per example, not per batch.
 
 
 def test_bad_mode_split_and_empty_split(params):
