@@ -91,7 +91,8 @@ def train(params: Params, manifest: Manifest) -> Result:
     # resumed run carry on where the last one stopped.
     initial_epoch = step // every
     history = model.fit(
-        input_fn(params, "train", manifest=manifest),
+        # A resumed run continues the shuffle sequence instead of replaying its start.
+        input_fn(params, "train", manifest=manifest, seed_offset=step),
         steps_per_epoch=every,
         initial_epoch=initial_epoch,
         epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
