@@ -1,4 +1,4 @@
-"""Hyperparameter search with keras-tuner over the same model builder and warm input pipeline as training.
+"""Hyperparameter search with keras-tuner over training's own model builder and warm input_fn.
 
   python -m audioclf.tune --flagfile=flags/tune.flags
   audioclf.tune(params)                                   # the same from Python
@@ -57,7 +57,7 @@ TENSORBOARD = "tb"
 
 
 class AudioHyperModel(kt.HyperModel):
-  """The search space: audioclf's one model builder and input_fn, with hyperparameters put into Params.
+  """The search space: audioclf's model builder and input_fn, with the hyperparameters in Params.
 
   Searched, around the base `params` (whose values are the defaults):
 
@@ -143,10 +143,11 @@ def steps_per_epoch(params: Params) -> int:
 
 
 class _TrialHooks:
-  """Adds to a keras-tuner tuner: per trial, free its graphs, and record files decoded, time and memory.
+  """Mixed into keras-tuner's tuners: after each trial, free its graphs and record it.
 
-  The record is written as audioclf_trial.json in the trial's folder, so the
-  table of a resumed search shows it for trials an earlier process ran.
+  The record (files decoded, seconds, RSS) is written as audioclf_trial.json
+  in the trial's folder, so the table of a resumed search shows it for trials
+  that an earlier process ran.
   """
 
   def __init__(self, *args, **kwargs):
@@ -188,8 +189,8 @@ def _forget_custom_gradients(keep: set) -> None:
   registers its gradient function under a new name in TensorFlow's global
   gradient registry and never removes it; that function holds the whole
   traced train step. clear_session cannot reach it, so each trial kept its
-  graphs alive: about 9 MB a trial for the small CNN (tensorflow#61791,
-  tf-keras#286). The registry is only read while a graph is differentiated,
+  graphs alive: 9 to 14 MB a trial for the small models here
+  (tensorflow#61791, tf-keras#286). The registry is only read while a graph is differentiated,
   which a finished trial's graphs never are again. Names in `keep` (there
   before the trial) stay.
   """
