@@ -116,16 +116,18 @@ def _offset(seed_offset):
   return 0
 
 
-def _window_rows(windows, labels: np.ndarray, params: Params, training: bool):
+def _window_rows(windows, labels: np.ndarray, params: Params, training: bool, offset=0):
   """Maps batches of row numbers to (windows float32 [b, n], labels int32 [b])."""
   labels_t = tf.constant(labels)
   n, shift = params.clip_samples, int(round(params.time_shift_seconds * params.sample_rate))
 
   def cut(batch_no, rows):
-    # Stateless draws keyed by the batch number: the same windows whatever
-    # order the parallel map finishes in.
+    # Stateless draws keyed by the batch's number from the seed offset (the
+    # global step in the engines): the same windows whatever order the
+    # parallel map finishes in, and new ones after a resume.
     u = tf.random.stateless_uniform(tf.shape(rows), seed=tf.stack([
-        tf.constant(params.seed, tf.int64), batch_no]), dtype=tf.float64)
+        tf.constant(params.seed, tf.int64), batch_no + tf.cast(offset, tf.int64)]),
+                                    dtype=tf.float64)
     if not training:
       u = tf.zeros_like(u)
     w = tf.numpy_function(lambda r, u: windows(r, u, n, shift if training else None),
@@ -159,7 +161,7 @@ def _warm(params: Params, base: str, labels: np.ndarray, order: _Order,
   kept_t = tf.constant(kept, tf.int64)
   rows = order.rows(len(kept), repeat=training).map(lambda i: tf.gather(kept_t, i))
   ds = rows.batch(params.batch_size, drop_remainder=training).enumerate()
-  return ds.map(_window_rows(_windows_from(reader), labels, params, training),
+  return ds.map(_window_rows(_windows_from(reader), labels, params, training, order.offset),
                 num_parallel_calls=AUTOTUNE)
 
 
@@ -203,7 +205,8 @@ def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels:
   if params.on_bad_file == "skip":
     first = first.filter(lambda i, w, y: tf.size(w) > 0)  # Files skipped as bad.
   if training:
-    first = first.map(lambda i, w, y: (_random_window(w, params, i), y),
+    # Keys apart from the warm batches' (those count batches, these files).
+    first = first.map(lambda i, w, y: (_random_window(w, params, -1 - i), y),
                       num_parallel_calls=AUTOTUNE)
   else:
     first = first.map(lambda i, w, y: (_center_window(w, params.clip_samples), y),
@@ -212,7 +215,7 @@ def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels:
     return first.batch(batch)
 
   # Later epochs: the warm path's batches, over the split the first epoch wrote.
-  cut = _window_rows(_windows_from(SplitReader(fill.base)), labels, params, training=True)
+  cut = _window_rows(_windows_from(SplitReader(fill.base)), labels, params, True, order.offset)
   later = order.rows(n, repeat=True).skip(n)
   if params.on_bad_file == "skip":
     # Bad files are known only once the first epoch has run: drop their empty windows one by one.

@@ -118,3 +118,30 @@ def test_bad_mode_split_and_empty_split(params):
     audioclf.input_fn(params, "eval", split="dev")
   with pytest.raises(audioclf.manifest.DataError, match="'test' split .* is empty"):
     audioclf.input_fn(params, "eval", split="test")
+
+
+def test_seed_offset_moves_training_to_a_new_stretch_of_its_sequence(params):
+  def first_batches(offset):
+    ds = audioclf.input_fn(params, "train", seed_offset=offset)
+    return np.concatenate([y.numpy() for _, y in ds.take(3)])
+
+  first_batches(0)  # Cold run: fills the cache.
+  np.testing.assert_array_equal(first_batches(0), first_batches(0))
+  assert not np.array_equal(first_batches(0), first_batches(100))  # A resumed run's order.
+
+
+def test_graph_mode_takes_the_global_step_as_seed_offset(params):
+  def labels_at(step):
+    with tf.Graph().as_default():
+      global_step = tf.compat.v1.train.get_or_create_global_step()
+      ds = audioclf.input_fn(params, "train")
+      it = tf.compat.v1.data.make_initializable_iterator(ds)
+      labels = it.get_next()[1]
+      with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(global_step.assign(step))
+        sess.run(it.initializer)  # As the Estimator does, after restoring the step.
+        return np.concatenate([sess.run(labels) for _ in range(3)])
+
+  np.testing.assert_array_equal(labels_at(0), labels_at(0))
+  assert not np.array_equal(labels_at(0), labels_at(500))
