@@ -124,9 +124,15 @@ class AudioHyperModel(kt.HyperModel):
     """
     del kwargs  # Nothing else is passed: search() is only called by tune().
     params = self.trial_params(hp)
+    steps = steps_per_epoch(params)
+    # A Hyperband trial that continues its parent's model continues its
+    # parent's data too, as a resumed training run does, instead of
+    # replaying the batches the parent has already trained on.
+    train = pipeline.input_fn(params, "train", manifest=self.manifest,
+                              seed_offset=initial_epoch * steps)
     return model.fit(
-        pipeline.input_fn(params, "train", manifest=self.manifest),
-        steps_per_epoch=steps_per_epoch(params),
+        train,
+        steps_per_epoch=steps,
         epochs=epochs or params.trial_epochs,
         initial_epoch=initial_epoch,
         validation_data=pipeline.input_fn(params, "eval", manifest=self.manifest),
