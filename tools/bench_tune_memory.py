@@ -7,11 +7,11 @@ Each trial builds a new model and new datasets. Clearing the Keras session
 before each build is not enough in TF 2.15: every traced train step also
 leaves its graph in TensorFlow's gradient registry, which audioclf.tune
 empties after each trial; --keep_trial_graphs skips that, to show the
-difference. About 3.5 minutes on 2 CPU cores.
+difference. About 2 minutes on 2 CPU cores.
 
 Measured (TF 2.15, 2 cores, 40 trials; RSS after trials 1 / 20 / 40):
-  audioclf.tune               564 / 656 / 664 MB   (second half: +0.7 MB a trial)
-  --keep_trial_graphs         562 / 811 / 995 MB   (second half: +9.9 MB a trial)
+  audioclf.tune               564 / 657 /  663 MB   (second half: +0.5 MB a trial)
+  --keep_trial_graphs         564 / 806 / 1021 MB   (second half: +10.6 MB a trial)
 The rise over the first trials is the allocator growing to the largest
 model and batch drawn so far; it stops once those have all come up.
 """
