@@ -227,31 +227,28 @@ class Fill:
       self._finished = True
     return np.int64(0)
 
-  def _write_split(self) -> None:
-    start, skipped = time.time(), []
-    headers = []
-    for example in self.examples:
-      with open(example.path, "rb") as f:
-        headers.append(f.read(decode.HEADER_BYTES))
-    native = [decode.native_wav_header_ok(h, e.size, self.params.sample_rate)
-              for h, e in zip(headers, self.examples)]
-    # A split of canonical PCM16 WAVs (Speech Commands is one) keeps its int16
-    # words: half the bytes of float32, copied without conversion, exact.
-    dtype = "<i2" if all(native) else "<f4"
+  def _write_data(self, dtype: str) -> tuple[np.ndarray, list[str], int]:
+    """Writes the split's samples end to end; returns (offset/length index, skipped, natives)."""
+    skipped, native = [], 0
     index = np.zeros((len(self.examples), 2), np.int64)
     tmp = f"{self.base}.data.{os.getpid()}.{threading.get_ident()}.tmp"
     offset = 0
     try:
       with open(tmp, "wb") as out:
         for row, (example, entry) in enumerate(zip(self.examples, self.entries)):
-          if dtype == "<i2":
-            with open(example.path, "rb") as f:
-              f.seek(decode.HEADER_BYTES)
+          with open(example.path, "rb") as f:
+            head = f.read(decode.HEADER_BYTES)  # One open per file: header, then samples.
+            ok = decode.native_wav_header_ok(head, example.size, self.params.sample_rate)
+            if ok:
+              native += 1
               data = f.read()
+          if dtype == "<i2":
+            if not ok:
+              raise _NotNative(example.path)
             count = len(data) // 2
           else:
-            samples = (decode.read_native_wav(example.path) if native[row]
-                       else self.decode(entry.encode()))
+            samples = (np.frombuffer(data, "<i2").astype(np.float32) * np.float32(1 / 32768)
+                       if ok else self.decode(entry.encode()))
             data, count = np.ascontiguousarray(samples, dtype).tobytes(), samples.size
           if count == 0:
             skipped.append(example.path)
@@ -259,11 +256,25 @@ class Fill:
           index[row] = offset, count
           offset += count
     except BaseException:
-      os.remove(tmp)  # A bad file under "fail": leave nothing half-written behind.
+      os.remove(tmp)  # A bad file under "fail", or a switch to float32: nothing half-written.
       raise
-    with self._lock:
-      _STATS["decoded"] += sum(native)  # Read from source again just now.
     os.replace(tmp, self.base + ".data")
+    return index, skipped, native
+
+  def _write_split(self) -> None:
+    start = time.time()
+    # A split of canonical PCM16 WAVs (Speech Commands is one) keeps its int16
+    # words: half the bytes of float32, copied without conversion, exact. The
+    # first other file found switches the split to float32.
+    try:
+      index, skipped, native = self._write_data("<i2")
+      dtype = "<i2"
+    except _NotNative:
+      index, skipped, native = self._write_data("<f4")
+      dtype = "<f4"
+    offset = int(index[-1].sum()) if len(index) else 0
+    with self._lock:
+      _STATS["decoded"] += native  # Read from source again just now.
     idx_tmp = f"{self.base}.idx.{os.getpid()}.{threading.get_ident()}.tmp.npy"
     np.save(idx_tmp, index)
     os.replace(idx_tmp, self.base + ".idx.npy")
@@ -275,6 +286,10 @@ class Fill:
       logging.warning("audioclf: skipped %d bad files of %d", len(skipped), len(self.examples))
     logging.info("audioclf: cached %d clips (%.1f MB) in %.2fs", len(self.examples),
                  offset * np.dtype(dtype).itemsize / 1e6, time.time() - start)
+
+
+class _NotNative(Exception):
+  """A file of an int16 split turned out not to be a canonical PCM16 WAV."""
 
 
 _STATS: collections.Counter = collections.Counter()

@@ -154,3 +154,21 @@ def test_bad_file_is_skipped_logged_and_counted(tmp_path, bad_name, caplog):
   assert cache.decode_count() == decoded
   train = audioclf.input_fn(params, "train", split="validation")  # Same split: warm, still skipped.
   assert sum(int(y.shape[0]) for _, y in train.take(9)) == 18
+
+
+def test_a_split_mixing_native_wavs_and_other_files(tmp_path):
+  """A canonical WAV after other files, and before: the split is stored as float32 either way."""
+  for label, freq in (("a", 440.0), ("b", 1000.0)):
+    os.makedirs(tmp_path / "d" / label)
+    sf.write(str(tmp_path / "d" / label / "s1_nohash_0.wav"), tone(freq, 0.5, 16000), 16000,
+             subtype="PCM_16")
+    sf.write(str(tmp_path / "d" / label / "s2_nohash_0.flac"), tone(freq * 1.5, 0.5, 44100),
+             44100)
+  params = audioclf.Params(data_dir=str(tmp_path / "d"), cache_dir=str(tmp_path / "c"),
+                           validation_percent=99.9, testing_percent=0, clip_seconds=0.5)
+  paths = sorted(str(p) for p in (tmp_path / "d").glob("*/*"))
+  want = [expected(p) for p in paths]
+  for _ in range(2):  # Cold, then warm from the float32 split.
+    got = eval_waveforms(params)
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g[:len(w)], w[:len(g)])
