@@ -32,7 +32,8 @@ def train(params: Params) -> dict[str, Any]:
   Returns:
     The metrics also written to metrics.json: engine, model, steps,
     val_loss/val_accuracy, test_loss/test_accuracy (None without a test split),
-    examples_per_sec, wall_seconds, model_dir.
+    examples_per_sec, input_stall_fraction (the share of training step time
+    spent waiting for input; None when no step ran), wall_seconds, model_dir.
 
   Raises:
     ValueError: invalid params, an unknown engine or model.
@@ -59,6 +60,7 @@ def train(params: Params) -> dict[str, Any]:
       "test_loss": test.get("loss"),
       "test_accuracy": test.get("accuracy"),
       "examples_per_sec": result.examples_per_sec,
+      "input_stall_fraction": result.input_stall_fraction,
       "wall_seconds": round(time.perf_counter() - start, 1),
       "model_dir": params.model_dir,
   }

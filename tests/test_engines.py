@@ -82,6 +82,7 @@ def test_resume_continues_the_step_count(trained, engine, tmp_path):
   # At train_steps already: nothing trains, not even one step, and metrics are still reported.
   again = audioclf.train(more)
   assert again["steps"] == TRAIN_STEPS + 10
+  assert again["input_stall_fraction"] is None  # No step ran, so none was measured.
   assert again["val_accuracy"] == pytest.approx(resumed["val_accuracy"])
 
 

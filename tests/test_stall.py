@@ -66,10 +66,38 @@ def test_window_fraction_restarts():
   for wait in (0.0, 0.0, 0.02):  # The first step is warm-up and not counted.
     meter.begin_step()
     time.sleep(wait)
-    meter._mark_ready()
+    meter._mark_ready(blocked=wait)
     time.sleep(0.02)
     meter.end_step()
   assert meter.steps == 2
   assert 0.2 < meter.window_fraction() < 0.6
   assert meter.window_fraction() == 0.0
   np.testing.assert_allclose(meter.fraction, meter.wait_s / meter.step_s)
+
+
+def test_probe_times_the_pipeline_only_and_keeps_elements():
+  meter = StallMeter()
+  slow = tf.data.Dataset.range(4).map(lambda i: (sleep_op(tf.cast(i, tf.float32), 0.05), i))
+  blocked = []
+  for x, y in meter.attach(slow):
+    assert float(x) == float(y)
+    blocked.append(meter._blocked)
+  assert len(blocked) == 4 and min(blocked) >= 0.045
+  # Prefetched batches are ready when asked for: however long the consumer
+  # takes between batches, the probe sees no blocking.
+  fast = tf.data.Dataset.range(4).map(lambda i: (tf.cast(i, tf.float32), i)).prefetch(4)
+  it = iter(meter.attach(fast))
+  next(it)
+  for _ in range(3):
+    time.sleep(0.05)
+    next(it)
+    assert meter._blocked < 0.01
+
+
+def test_a_batch_fetched_before_the_step_began_waited_zero():
+  meter = StallMeter(warmup_steps=0)
+  meter._mark_ready(blocked=0.05)  # A device prefetcher fetched it ahead.
+  meter.begin_step()
+  time.sleep(0.01)
+  meter.end_step()
+  assert meter.steps == 1 and meter.wait_s == 0.0

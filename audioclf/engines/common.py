@@ -1,4 +1,4 @@
-"""What both engines share: the Result they return and the step timer behind examples_per_sec."""
+"""What both engines share: the Result they return, the step timer and the metered training input."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import dataclasses
 import time
 from typing import Optional
 
+import tensorflow as tf
+
 from audioclf.manifest import Manifest
+from audioclf.params import Params
+from audioclf.pipeline import input_fn
+from audioclf.stall import StallMeter
 
 METRIC_NAMES = ("loss", "accuracy")  # What compile_model asks for; both engines report these.
 
@@ -17,6 +22,8 @@ class Result:
   validation: dict[str, float]  # METRIC_NAMES on the validation split.
   test: Optional[dict[str, float]]  # The same on the test split; None where it is empty.
   examples_per_sec: Optional[float]  # Training throughput; None when too few steps ran.
+  # Share of training step time spent waiting for input (audioclf.stall); None when no step ran.
+  input_stall_fraction: Optional[float] = None
 
 
 def has_split(manifest: Manifest, split: str) -> bool:
@@ -63,3 +70,22 @@ class StepTimer:
     if self.steps == 0 or self.seconds <= 0:
       return None
     return self.steps * batch_size / self.seconds
+
+
+def metered_train_input(params: Params, manifest: Manifest, meter: StallMeter) -> tf.data.Dataset:
+  """input_fn's training dataset, with `meter`'s probe after its last transformation.
+
+  Call it where the engine wants the dataset built: eagerly for Keras fit,
+  inside the Estimator's input_fn (its graph) for the Estimator.
+  """
+  return meter.attach(input_fn(params, "train", manifest=manifest))
+
+
+def stall_log_every(params: Params) -> int:
+  """Steps between input/stall_fraction summaries: the run's log interval, else its evaluations."""
+  return params.log_every_steps or params.eval_every_steps or params.train_steps
+
+
+def stall_fraction(meter: StallMeter) -> Optional[float]:
+  """The run's input-stall fraction for metrics.json; None when no step was measured."""
+  return round(meter.fraction, 4) if meter.steps else None

@@ -9,10 +9,12 @@ from absl import logging
 
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
-from audioclf.engines.common import Result, StepTimer, has_split, metric_values
+from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
+                                     metric_values, stall_fraction, stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
+from audioclf.stall import EstimatorStallHook, StallMeter
 
 
 class _StepHook(tf.estimator.SessionRunHook):
@@ -59,7 +61,8 @@ def train(params: Params, manifest: Manifest) -> Result:
     manifest: the loaded data manifest.
 
   Returns:
-    The final step, validation and test metrics, and training throughput.
+    The final step, validation and test metrics, training throughput and
+    the input-stall fraction.
   """
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
@@ -85,12 +88,20 @@ def train(params: Params, manifest: Manifest) -> Result:
   latest = tf.train.latest_checkpoint(params.model_dir)
   start_step = model_dir_lib.checkpoint_step(latest) if latest else 0
   timer = StepTimer(steps_to_run=params.train_steps - start_step)
+  meter = StallMeter()
   if start_step < params.train_steps:
+    # The stall hook begins and ends the meter's steps; the saving listener
+    # ends a step that saves before the checkpoint and its evaluation, for the
+    # meter as for the timer, so neither counts evaluation as a training step.
+    hooks = [_StepHook([timer]),
+             EstimatorStallHook(meter, params.model_dir, every_steps=stall_log_every(params))]
     validation, _ = tf.estimator.train_and_evaluate(
         estimator,
-        tf.estimator.TrainSpec(lambda: input_fn(params, "train", manifest=manifest),
-                               max_steps=params.train_steps, hooks=[_StepHook([timer])],
-                               saving_listeners=[_EndStepBeforeSave([timer])]),
+        # The probe goes in inside the input_fn: the Estimator builds the
+        # dataset in its own graph.
+        tf.estimator.TrainSpec(lambda: metered_train_input(params, manifest, meter),
+                               max_steps=params.train_steps, hooks=hooks,
+                               saving_listeners=[_EndStepBeforeSave([timer, meter])]),
         # throttle_secs=0: evaluate every checkpoint; their spacing is the schedule.
         tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=0))
   else:
@@ -105,4 +116,5 @@ def train(params: Params, manifest: Manifest) -> Result:
       steps=int(validation["global_step"]),
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
-      examples_per_sec=timer.examples_per_sec(params.batch_size))
+      examples_per_sec=timer.examples_per_sec(params.batch_size),
+      input_stall_fraction=stall_fraction(meter))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Sequence
 
 import tensorflow as tf
@@ -10,10 +11,12 @@ from absl import logging
 
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
-from audioclf.engines.common import Result, StepTimer, has_split, metric_values
+from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
+                                     metric_values, stall_fraction, stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
+from audioclf.stall import KerasStallCallback, StallMeter
 
 
 class _GlobalSteps(tf.keras.callbacks.Callback):
@@ -65,7 +68,8 @@ def train(params: Params, manifest: Manifest) -> Result:
     manifest: the loaded data manifest.
 
   Returns:
-    The final step, validation and test metrics, and training throughput.
+    The final step, validation and test metrics, training throughput and
+    the input-stall fraction.
   """
   tf.keras.utils.set_random_seed(params.seed)
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
@@ -84,6 +88,7 @@ def train(params: Params, manifest: Manifest) -> Result:
   step = int(model.optimizer.iterations.numpy())
 
   timer = StepTimer(steps_to_run=params.train_steps - step)
+  meter = StallMeter()
   validation = None
   if step < params.train_steps:
     every = params.eval_every_steps or params.train_steps
@@ -99,6 +104,9 @@ def train(params: Params, manifest: Manifest) -> Result:
         validation_data=input_fn(params, "eval", manifest=manifest),
         callbacks=[
             _GlobalSteps(manager, params.train_steps, meters=[timer]),
+            # Validation runs between batches, outside the steps this meter times.
+            KerasStallCallback(meter, os.path.join(params.model_dir, "train"),
+                               every_steps=stall_log_every(params)),
             tf.keras.callbacks.TensorBoard(params.model_dir,
                                            update_freq=params.log_every_steps or "epoch"),
         ])
@@ -117,4 +125,5 @@ def train(params: Params, manifest: Manifest) -> Result:
       steps=int(model.optimizer.iterations.numpy()),
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
-      examples_per_sec=timer.examples_per_sec(params.batch_size))
+      examples_per_sec=timer.examples_per_sec(params.batch_size),
+      input_stall_fraction=stall_fraction(meter))

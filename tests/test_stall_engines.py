@@ -1,0 +1,86 @@
+"""The input-stall meter inside both engines: metrics.json, TensorBoard, and evaluation kept out of steps."""
+
+import glob
+import json
+import os
+import time
+
+import pytest
+import tensorflow as tf
+
+from audioclf.engines.estimator import _EndStepBeforeSave
+from audioclf.stall import EstimatorStallHook, StallMeter
+from conftest import TRAIN_STEPS
+
+ENGINES = ("keras", "estimator")
+TAG = "input/stall_fraction"
+
+
+def _scalars(log_dir, tag):
+  """{step: value} of scalar `tag` in log_dir's event files (TF1 simple values or TF2 tensors)."""
+  found = {}
+  for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == tag:
+          kind = value.WhichOneof("value")
+          found[event.step] = (value.simple_value if kind == "simple_value"
+                               else float(tf.make_ndarray(value.tensor)))
+  return found
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_metrics_json_has_the_stall_fraction(trained, engine):
+  params, metrics = trained(engine)
+  with open(os.path.join(params.model_dir, "metrics.json")) as f:
+    saved = json.load(f)
+  assert isinstance(saved["input_stall_fraction"], float)
+  assert 0.0 <= saved["input_stall_fraction"] <= 1.0
+  assert metrics["input_stall_fraction"] == saved["input_stall_fraction"]
+
+
+@pytest.mark.parametrize("engine, log_dir", [("keras", "train"), ("estimator", "")])
+def test_stall_fraction_is_logged_with_the_training_summaries(trained, engine, log_dir):
+  params, _ = trained(engine)
+  values = _scalars(os.path.join(params.model_dir, log_dir), TAG)
+  # Every log_every_steps global steps, as the loss curves are.
+  every = params.log_every_steps
+  assert sorted(values) == list(range(every, TRAIN_STEPS + 1, every))
+  assert all(0.0 <= v <= 1.0 for v in values.values())
+
+
+def _dataset():
+  ds = tf.data.Dataset.range(10**6).map(lambda i: (tf.random.uniform([4]), tf.cast(i % 2, tf.int32)))
+  return ds.batch(4).map(lambda x, y: ({"waveform": x}, y)).prefetch(2)
+
+
+def _model():
+  inputs = tf.keras.Input([4], name="waveform")
+  m = tf.keras.Model(inputs, tf.keras.layers.Dense(2, activation="softmax")(inputs))
+  m.compile(tf.keras.optimizers.legacy.SGD(), "sparse_categorical_crossentropy")
+  return m
+
+
+class _SlowSave(tf.estimator.CheckpointSaverListener):
+  """Stands in for the evaluation train_and_evaluate runs after each checkpoint."""
+
+  def after_save(self, session, global_step_value):
+    time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("end_before_save, counted", [(True, False), (False, True)])
+def test_estimator_evaluation_is_no_training_step(tmp_path, end_before_save, counted):
+  # The Estimator runs the checkpoint saver, and the evaluation its listener
+  # starts, inside a step, before the training hooks' after_run: only the
+  # engine's listener keeps that time out of the meter.
+  meter = StallMeter()
+  config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=4,
+                                  save_summary_steps=None, log_step_count_steps=None)
+  est = tf.keras.estimator.model_to_estimator(keras_model=_model(), config=config)
+  listeners = [_EndStepBeforeSave([meter])] if end_before_save else []
+  est.train(lambda: meter.attach(_dataset()), max_steps=13,
+            hooks=[EstimatorStallHook(meter)], saving_listeners=listeners + [_SlowSave()])
+  assert meter.steps == 12
+  # Saves inside steps 4, 8 and 12: 1.5 s of "evaluation"; the 12 steps alone take ~0.05 s.
+  assert (meter.step_s > 0.75) == counted, meter.step_s
