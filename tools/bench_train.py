@@ -1,0 +1,474 @@
+"""python tools/bench_train.py --simulated_step_ms=30   # recommended: an accelerator-like step (~5 min)
+python tools/bench_train.py                          # the real audioclf model on the CPU (~6 min)
+python tools/bench_train.py --simulated_step_ms=30 --png=docs/bench_train.png --json=runs/bench_train.json
+python tools/bench_train.py --simulated_step_ms=30 --steps=100 --repeats=5  # tighter medians (~10 min)
+python tools/bench_train.py --workloads=wav --repeats=1 --steps=20 --simulated_step_ms=30  # smoke
+
+(times on 2 CPU cores.) Prints one table per workload, then PASS/MISS per
+target: training steps/s of each engine fed by each input pipeline, the input
+stall fraction, and the ratio to the limit. Is the input ever the bottleneck?
+
+On generated data (tools/benchdata.py: 1 s 16 kHz mono PCM16 WAVs; 5 s 44.1
+kHz stereo FLAC), trains the same model for the same --steps with each engine
+(keras: model.fit; estimator: model_to_estimator of the same compiled model,
+its input_fn called in the Estimator's graph), fed by each pipeline:
+
+  naive          shuffle of decoded waveforms, no prefetch (the user's original)
+  best_practice  shuffle of file names, one fused parallel map, prefetch(1)
+  audioclf_cold  audioclf.input_fn on an empty cache (the first epoch decodes and fills it)
+  audioclf_warm  audioclf.input_fn on a filled cache
+  limit          the same batches already in memory, repeated: what the step alone allows
+
+Columns: steps/s after --warmup_steps; the input stall fraction
+(audioclf.stall.StallMeter, the meter both engines train with); the ratio of
+steps/s to the limit of the same engine in the same round; the steps timed;
+the first step's seconds (pipeline start-up, plus tracing in Keras: compare
+it within an engine). Targets:
+
+  warm_vs_limit   audioclf warm >= 0.95 x the limit's steps/s, with each engine
+  cold_vs_best    audioclf cold steps/s >= best practice's, with each engine
+  engines_agree   Estimator and Keras steps/s within 10% of each other on audioclf warm
+
+--simulated_step_ms=N replaces the model by a tiny one whose training step
+waits N ms in time.sleep (inside a tf.numpy_function, which releases the GIL),
+so the step costs no CPU: it stands in for an accelerator, and the CPU is left
+to the input pipeline. Without it (0) the real audioclf.build_model model
+trains on the CPU, and the pipeline competes with it for the same cores; the
+bench then defaults to --width=16 (the demo preset's) to keep a default run
+short, and any audioclf flag applies (--model, --batch_size, ...).
+
+Runs alternate: every round runs each engine with each pipeline, in a rotated
+order, --repeats times; the table shows medians, and ratios are medians of
+ratios within one round, so a noisy machine's slow drifts cancel. The two
+baselines decode every epoch and so run at one rate throughout: each of their
+runs stops after --max_seconds of measured steps (the "steps" column says how
+many it timed), which keeps FLAC's default run within minutes. Every other
+run trains all --steps. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable, Optional
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+import audioclf  # noqa: E402
+from audioclf import cli, manifest as manifest_lib, models  # noqa: E402
+from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
+import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
+
+FLAGS = flags.FLAGS
+ENGINES = ("keras", "estimator")
+PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "limit")
+TARGET_WARM_RATIO = 0.95
+TARGET_ENGINES_GAP = 0.10
+MIN_MEASURED_STEPS = 5  # A run cut short by --max_seconds still times this many steps.
+# Pipelines that decode every epoch run at one rate throughout, so a few
+# seconds of steps measure it; the others change rate (a cold cache's first
+# epoch decodes, later ones read), so they always run every step.
+CAPPED = ("naive", "best_practice")
+
+
+def define_flags() -> None:
+  cli.define_flags()  # batch_size, width, model, sample_rate, clip_seconds, ...
+  # The real model at the library's default width takes seconds a step on 2
+  # cores; the demo preset's width keeps a default run within minutes.
+  FLAGS.set_default("width", 16)
+  flags.DEFINE_float("simulated_step_ms", 0.0, "Replace the model by a training step that waits "
+                     "this long without using the CPU (an accelerator's step); 0: the real model.")
+  flags.DEFINE_integer("steps", 50, "Training steps of every run.")
+  flags.DEFINE_integer("warmup_steps", 2, "First steps of a run left out of steps/s and the stall "
+                       "(tracing, thread start-up); few, so a cold cache's first epoch counts.")
+  flags.DEFINE_float("max_seconds", 4.0, f"Stop a run of {' or '.join(CAPPED)} after this many "
+                     f"seconds of measured steps (at least {MIN_MEASURED_STEPS} of them); 0: "
+                     "always run all --steps.")
+  flags.DEFINE_integer("repeats", 3, "Rounds of alternating runs; the table shows medians.")
+  flags.DEFINE_integer("limit_batches", 8, "Distinct in-memory batches the limit pipeline repeats.")
+  flags.DEFINE_integer("n_wav", 1600, "1 s 16 kHz mono WAV files (an epoch: n_wav/batch_size "
+                       "steps, so the default run crosses epoch boundaries).")
+  flags.DEFINE_integer("n_flac", 400, "5 s 44.1 kHz stereo FLAC files to generate.")
+  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_bench"),
+                      "Generated files and caches; files are reused by later runs.")
+  flags.DEFINE_list("workloads", list(benchdata.WORKLOADS), "Workloads to run.")
+  flags.DEFINE_list("engines", list(ENGINES), "Engines to run.")
+  flags.DEFINE_list("pipelines", list(PIPELINES), "Pipelines to run.")
+  flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
+  flags.DEFINE_string("png", None, "Also draw steps/s relative to the limit to this PNG file.")
+
+
+@dataclasses.dataclass
+class Run:
+  steps_per_s: float
+  stall_fraction: float
+  measured_steps: int  # Steps after the warm-up that steps/s and the stall cover.
+  first_step_s: float
+  step_s: list[float]  # Every step's seconds, begin to end, warm-up included (for a closer look).
+
+
+# --- The models: the real one, or a step that only waits.
+
+
+class _Wait(tf.keras.layers.Layer):
+  """Passes its input through after waiting `ms` in time.sleep, which releases the GIL."""
+
+  def __init__(self, ms: float, **kwargs):
+    super().__init__(**kwargs)
+    self.ms = ms
+
+  def call(self, x):
+    seconds = self.ms / 1000.0
+    y = tf.numpy_function(lambda a: (time.sleep(seconds), a)[1], [x], x.dtype, stateful=True)
+    return tf.ensure_shape(y, x.shape)
+
+  def get_config(self):
+    return {**super().get_config(), "ms": self.ms}
+
+
+def simulated_model(params: audioclf.Params, num_classes: int, step_ms: float) -> tf.keras.Model:
+  """Takes the same {"waveform": [batch, clip_samples]} input; its step is a wait and a tiny Dense."""
+  waveform = tf.keras.Input([params.clip_samples], name="waveform")
+  x = _Wait(step_ms, name="accelerator_step")(waveform)
+  x = tf.keras.layers.Lambda(lambda w: w[:, :64], name="first_samples")(x)
+  probabilities = tf.keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+  return tf.keras.Model(waveform, probabilities, name="simulated")
+
+
+def make_model(params: audioclf.Params, engine: str) -> tf.keras.Model:
+  """A new compiled model: compile_model picks the engine's optimizer family, as training does."""
+  num_classes = len(benchdata.LABELS)
+  if FLAGS.simulated_step_ms > 0:
+    model = simulated_model(params, num_classes, FLAGS.simulated_step_ms)
+  else:
+    model = models.build_model(params, num_classes)
+  return models.compile_model(model, params.replace(engine=engine))
+
+
+# --- One timed run per engine.
+
+
+class _Clock:
+  """Times steps after the warm-up; stops the run once --max_seconds of them have passed."""
+
+  def __init__(self, warmup_steps: int, max_seconds: float):
+    self.warmup, self.max_seconds = warmup_steps, max_seconds
+    self.steps: list[float] = []
+    self._begin = self.start = self.last = None
+
+  def begin_step(self) -> None:
+    self._begin = time.perf_counter()
+
+  def end_step(self) -> bool:
+    """Returns True when the run should stop."""
+    now = time.perf_counter()
+    self.steps.append(now - self._begin)
+    step = len(self.steps)
+    if step == self.warmup:
+      self.start = now
+    elif step > self.warmup:
+      self.last = now
+      measured = step - self.warmup
+      return (bool(self.max_seconds) and measured >= MIN_MEASURED_STEPS
+              and now - self.start > self.max_seconds)
+    return False
+
+  def run(self, meter: StallMeter) -> Run:
+    measured = len(self.steps) - self.warmup
+    if measured <= 0 or self.start is None or self.last is None:
+      raise RuntimeError("a run needs more --steps than --warmup_steps")
+    return Run(measured / (self.last - self.start), meter.fraction, measured, self.steps[0],
+               [round(s, 4) for s in self.steps])
+
+
+class _KerasClock(tf.keras.callbacks.Callback):
+  def __init__(self, clock: _Clock):
+    super().__init__()
+    self.clock = clock
+
+  def on_train_batch_begin(self, batch, logs=None):
+    self.clock.begin_step()
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self.clock.end_step():
+      self.model.stop_training = True
+
+
+class _EstimatorClock(tf.estimator.SessionRunHook):
+  def __init__(self, clock: _Clock):
+    self.clock = clock
+
+  def before_run(self, run_context):
+    self.clock.begin_step()
+
+  def after_run(self, run_context, run_values):
+    if self.clock.end_step():
+      run_context.request_stop()
+
+
+def train_keras(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
+                max_seconds: float = 0.0) -> Run:
+  """model.fit on build()'s dataset for `steps` steps, with the stall meter attached."""
+  model = make_model(params, "keras")
+  meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
+  clock = _Clock(FLAGS.warmup_steps, max_seconds)
+  model.fit(meter.attach(build()), steps_per_epoch=steps, epochs=1, verbose=0,
+            callbacks=[_KerasClock(clock), KerasStallCallback(meter)])
+  return clock.run(meter)
+
+
+def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
+                    max_seconds: float = 0.0) -> Run:
+  """model_to_estimator of the same compiled model; build() runs inside the Estimator's graph."""
+  model = make_model(params, "estimator")
+  meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
+  clock = _Clock(FLAGS.warmup_steps, max_seconds)
+  model_dir = tempfile.mkdtemp(prefix="estimator-", dir=FLAGS.out_dir)
+  try:
+    # No checkpoints, summaries or step logs: only training steps, as in the Keras run.
+    config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
+                                    save_checkpoints_secs=None, save_summary_steps=None,
+                                    log_step_count_steps=None)
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+    estimator.train(lambda: meter.attach(build()), max_steps=steps,
+                    hooks=[_EstimatorClock(clock), EstimatorStallHook(meter)])
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
+  return clock.run(meter)
+
+
+TRAIN = {"keras": train_keras, "estimator": train_estimator}
+
+
+def _log(msg: str) -> None:
+  tqdm.write(msg, file=sys.stderr)
+
+
+def _cold_root() -> str:
+  return os.path.join(FLAGS.out_dir, "cold-train")
+
+
+def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[str, str], list]:
+  """Runs every selected engine x pipeline --repeats times on one workload.
+
+  Returns:
+    {(engine, pipeline): [Run of each round]}.
+  """
+  workload = benchdata.WORKLOADS[name]
+  n_files = FLAGS.n_wav if workload.ext == "wav" else FLAGS.n_flac
+  if n_files < params.batch_size:
+    raise app.UsageError(f"--n_{workload.ext}={n_files} is less than one batch")
+  root = os.path.join(FLAGS.out_dir, f"{name}-{n_files}")
+  t = time.perf_counter()
+  with tqdm(total=n_files, desc=f"{name}: files", file=sys.stderr, leave=False) as b:
+    files, labels = benchdata.make_files(workload, root, n_files, progress=b.update)
+  _log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
+
+  data_params = benchdata.audioclf_params(
+      root, os.path.join(FLAGS.out_dir, "cache-train", f"{name}-{n_files}"), params)
+  manifest = manifest_lib.load(data_params)
+  # Fill the warm cache once, untimed (eval mode: one pass that writes the split).
+  t = time.perf_counter()
+  for _ in audioclf.input_fn(data_params, "eval", split="train", manifest=manifest):
+    pass
+  _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
+  # The limit repeats batches audioclf's warm pipeline cut, held in memory.
+  limit = [(f["waveform"].numpy(), y.numpy()) for f, y in
+           audioclf.input_fn(data_params, "train", manifest=manifest).take(FLAGS.limit_batches)]
+
+  cold_dirs: list[str] = []
+  builders: dict[str, Callable[[], tf.data.Dataset]] = {
+      "naive": lambda: benchdata.naive_input_fn(files, labels, workload, data_params),
+      "best_practice": lambda: benchdata.best_practice_input_fn(files, labels, workload,
+                                                                data_params),
+      "audioclf_cold": lambda: audioclf.input_fn(data_params.replace(cache_dir=cold_dirs[-1]),
+                                                 "train", manifest=manifest),
+      "audioclf_warm": lambda: audioclf.input_fn(data_params, "train", manifest=manifest),
+      "limit": lambda: benchdata.repeated_batches_input_fn(limit),
+  }
+  order = [p for p in PIPELINES if p in FLAGS.pipelines]
+  engines = [e for e in ENGINES if e in FLAGS.engines]
+
+  # A process's first training run pays one-off costs (TF runtime, kernels,
+  # thread pools); pay them untimed, once per engine.
+  for engine in engines:
+    t = time.perf_counter()
+    TRAIN[engine](data_params, builders["limit"], FLAGS.warmup_steps + 2)
+    _log(f"[{name}] {engine}: first run, untimed ({time.perf_counter() - t:.1f} s)")
+
+  runs: dict[tuple[str, str], list[Run]] = {(e, p): [] for e in engines for p in order}
+  for r in range(FLAGS.repeats):
+    # Rotate engines and pipelines so none always follows the same neighbour.
+    for engine in engines[r % len(engines):] + engines[:r % len(engines)]:
+      for p in order[r % len(order):] + order[:r % len(order)]:
+        bar.set_description(f"{name} round {r + 1}/{FLAGS.repeats}: {engine} {p}")
+        if p == "audioclf_cold":
+          # A new folder each time, deleted only at the end (see bench_input.py: ext4 without
+          # a journal creates files slowly right after mass deletes).
+          cold_dirs.append(os.path.join(_cold_root(), f"{name}-{engine}-{r}"))
+        t = time.perf_counter()
+        run = TRAIN[engine](data_params, builders[p], FLAGS.steps,
+                            FLAGS.max_seconds if p in CAPPED else 0.0)
+        runs[(engine, p)].append(run)
+        _log(f"[{name}] round {r + 1} {engine:9s} {p:13s}: {run.steps_per_s:6.2f} steps/s, "
+             f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
+             f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
+        tf.keras.backend.clear_session()
+        gc.collect()
+        bar.update(1)
+  return runs
+
+
+def summarize(name: str, runs: dict[tuple[str, str], list[Run]]) -> tuple[list[dict], list[dict]]:
+  """Table rows and target verdicts of one workload: medians over rounds, ratios within rounds."""
+  rows = []
+  for (engine, p), rs in runs.items():
+    limit = runs.get((engine, "limit"))
+    ratio = (statistics.median(a.steps_per_s / b.steps_per_s for a, b in zip(rs, limit))
+             if limit else None)
+    rows.append({
+        "workload": name, "engine": engine, "pipeline": p,
+        "steps_per_s": statistics.median(r.steps_per_s for r in rs),
+        "stall_fraction": statistics.median(r.stall_fraction for r in rs),
+        "ratio_to_limit": ratio,
+        "measured_steps": min(r.measured_steps for r in rs),
+        "first_step_s": statistics.median(r.first_step_s for r in rs),
+        "runs": [dataclasses.asdict(r) for r in rs],
+    })
+  by = {(row["engine"], row["pipeline"]): row for row in rows}
+  targets = []
+  for engine in ENGINES:
+    if (engine, "audioclf_warm") in by and (engine, "limit") in by:
+      v = by[(engine, "audioclf_warm")]["ratio_to_limit"]
+      targets.append({"workload": name, "target": f"warm_vs_limit[{engine}]", "value": v,
+                      "want": f">= {TARGET_WARM_RATIO}", "pass": v >= TARGET_WARM_RATIO})
+    if (engine, "audioclf_cold") in runs and (engine, "best_practice") in runs:
+      v = statistics.median(a.steps_per_s / b.steps_per_s for a, b in
+                            zip(runs[(engine, "audioclf_cold")], runs[(engine, "best_practice")]))
+      targets.append({"workload": name, "target": f"cold_vs_best[{engine}]", "value": v,
+                      "want": ">= 1.0", "pass": v >= 1.0})
+  if ("keras", "audioclf_warm") in runs and ("estimator", "audioclf_warm") in runs:
+    v = statistics.median(e.steps_per_s / k.steps_per_s for e, k in
+                          zip(runs[("estimator", "audioclf_warm")], runs[("keras", "audioclf_warm")]))
+    targets.append({"workload": name, "target": "engines_agree", "value": v,
+                    "want": f"estimator/keras in [{1 - TARGET_ENGINES_GAP:.2f}, "
+                            f"{1 / (1 - TARGET_ENGINES_GAP):.2f}]",
+                    "pass": 1 - TARGET_ENGINES_GAP <= v <= 1 / (1 - TARGET_ENGINES_GAP)})
+  return rows, targets
+
+
+def _model_description(params: audioclf.Params) -> str:
+  if FLAGS.simulated_step_ms > 0:
+    return f"simulated {FLAGS.simulated_step_ms:g} ms step (no CPU)"
+  return f"real model {params.model} width {params.width} on the CPU"
+
+
+def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> None:
+  print(f"\naudioclf training input: {_model_description(params)}; batch {params.batch_size}, "
+        f"{FLAGS.steps} steps ({FLAGS.warmup_steps} warm-up); {os.cpu_count()} CPU cores, "
+        f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
+  print(f"{'workload':8s}  {'engine':9s}  {'pipeline':13s}  {'steps/s':>7s}  {'stall':>5s}  "
+        f"{'vs limit':>8s}  {'steps':>5s}  {'1st step s':>10s}")
+  for row in rows:
+    ratio = row["ratio_to_limit"]
+    print(f"{row['workload']:8s}  {row['engine']:9s}  {row['pipeline']:13s}  "
+          f"{row['steps_per_s']:7.2f}  {row['stall_fraction']:5.3f}  "
+          f"{(f'{ratio:.3f}' if ratio is not None else '-'):>8s}  {row['measured_steps']:5d}  "
+          f"{row['first_step_s']:10.2f}")
+  print()
+  for t in targets:
+    print(f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:22s} "
+          f"{t['value']:.3f} (want {t['want']})")
+
+
+def draw(rows: list[dict], path: str, params: audioclf.Params) -> None:
+  """A small bar chart: steps/s relative to the limit, per pipeline and engine, one panel a workload."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  workloads = list(dict.fromkeys(r["workload"] for r in rows))
+  fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.0), sharey=True,
+                           squeeze=False)
+  for ax, name in zip(axes[0], workloads):
+    mine = [r for r in rows if r["workload"] == name and r["ratio_to_limit"] is not None]
+    pipelines = list(dict.fromkeys(r["pipeline"] for r in mine))
+    engines = list(dict.fromkeys(r["engine"] for r in mine))
+    width = 0.8 / max(1, len(engines))
+    for i, engine in enumerate(engines):
+      values = {r["pipeline"]: r["ratio_to_limit"] for r in mine if r["engine"] == engine}
+      xs = [j + (i - (len(engines) - 1) / 2) * width for j in range(len(pipelines))]
+      ax.bar(xs, [values.get(p, 0.0) for p in pipelines], width, label=engine)
+    ax.axhline(TARGET_WARM_RATIO, color="gray", linestyle="--", linewidth=0.8)
+    ax.set_xticks(range(len(pipelines)))
+    ax.set_xticklabels([p.replace("audioclf_", "audioclf\n").replace("_", "\n") for p in pipelines],
+                       fontsize=7)
+    ax.set_title(name, fontsize=9)
+    ax.set_ylim(0, 1.1)
+  axes[0][0].set_ylabel("steps/s / limit", fontsize=8)
+  axes[0][-1].legend(fontsize=7, loc="upper left")
+  fig.suptitle(f"{_model_description(params)}, batch {params.batch_size}, {os.cpu_count()} cores",
+               fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+
+
+def main(argv):
+  del argv
+  for flag, known, chosen in (("workloads", benchdata.WORKLOADS, FLAGS.workloads),
+                              ("engines", ENGINES, FLAGS.engines),
+                              ("pipelines", PIPELINES, FLAGS.pipelines)):
+    for value in chosen:
+      if value not in known:
+        raise app.UsageError(f"--{flag}: unknown {value!r}; known: {list(known)}")
+  if not 1 <= FLAGS.warmup_steps < FLAGS.steps:
+    raise app.UsageError("--warmup_steps must be at least 1 and less than --steps")
+  logging.set_verbosity(logging.WARNING)  # The Estimator logs every session start.
+  tf.get_logger().setLevel("ERROR")
+  params = cli.params_from_flags()
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  if os.path.exists(_cold_root()):
+    _log(f"removing cold caches an interrupted run left in {_cold_root()}")
+    shutil.rmtree(_cold_root(), ignore_errors=True)
+  rows, targets = [], []
+  total = len(FLAGS.workloads) * len(FLAGS.engines) * len(FLAGS.pipelines) * FLAGS.repeats
+  start = time.perf_counter()
+  with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
+    for name in FLAGS.workloads:
+      r, t = summarize(name, bench_workload(name, params, bar))
+      rows += r
+      targets += t
+  shutil.rmtree(_cold_root(), ignore_errors=True)
+  print_report(rows, targets, params)
+  print(f"({time.perf_counter() - start:.0f} s)")
+  if FLAGS.png:
+    draw(rows, FLAGS.png, params)
+    print(f"wrote {FLAGS.png}")
+  if FLAGS.json:
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json)), exist_ok=True)
+    with open(FLAGS.json, "w") as f:
+      json.dump({"params": params.to_dict(), "cpu_count": os.cpu_count(),
+                 "tf_version": tf.__version__, "simulated_step_ms": FLAGS.simulated_step_ms,
+                 "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps,
+                 "max_seconds": FLAGS.max_seconds, "n_wav": FLAGS.n_wav, "n_flac": FLAGS.n_flac,
+                 "repeats": FLAGS.repeats, "rows": rows, "targets": targets}, f, indent=2)
+    print(f"wrote {FLAGS.json}")
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

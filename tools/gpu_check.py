@@ -1,0 +1,136 @@
+"""Input stall of both engines on a GPU, the Keras path prefetching batches to the device.
+
+  python tools/gpu_check.py                # on a machine with a GPU; prints one JSON line last
+  python tools/gpu_check.py --allow_cpu --steps=15 --warmup_steps=5 --width=8  # smoke test, no GPU
+
+Writes a small WAV workload (tools/benchdata.py), fills audioclf's cache, and
+trains the real audioclf model --steps steps with each engine, fed by
+audioclf.input_fn (warm cache) and by the same batches from memory (the
+limit). Keras fit runs under tf.distribute.OneDeviceStrategy, which
+distributes the dataset and so prefetches each batch to the device while the
+step before it runs; the Estimator (model_to_estimator) feeds the device from
+its host-side iterator, as it does in training. Each run carries the stall
+meter both engines train with (audioclf.stall).
+
+Prints one JSON line: per engine, steps/s (time inside measured steps) and
+input_stall_fraction for audioclf warm and the limit, and their ratio. With
+device prefetch the probe marks a batch when it leaves the host pipeline, so a
+step waiting only on the host-to-device copy is not counted as a stall (the
+steps/s ratio to the limit still shows it). Without a GPU it prints
+"no GPU found: ..." and exits 0, unless --allow_cpu runs the same code on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import audioclf  # noqa: E402
+from audioclf import cli, manifest as manifest_lib, models  # noqa: E402
+from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
+import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  cli.define_flags()  # batch_size, width, model, ...
+  flags.DEFINE_integer("steps", 60, "Training steps of each run.")
+  flags.DEFINE_integer("warmup_steps", 10, "First steps left out of steps/s and the stall.")
+  flags.DEFINE_integer("n_files", 640, "1 s 16 kHz mono WAV files to generate.")
+  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_gpu_check"),
+                      "Generated files, cache and scratch model_dirs.")
+  flags.DEFINE_bool("allow_cpu", False, "Without a GPU, run on the CPU instead of exiting "
+                    "(tests this script; its numbers say nothing about a GPU).")
+
+
+def _result(meter: StallMeter) -> dict:
+  return {"steps_per_s": round(meter.steps / meter.step_s, 2) if meter.step_s else None,
+          "input_stall_fraction": round(meter.fraction, 4), "measured_steps": meter.steps}
+
+
+def train_keras(params, build, device: str) -> dict:
+  meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
+  # Under a strategy, fit distributes the dataset: its iterator copies the
+  # next batch to the device while the current step runs. The probe stays
+  # the host pipeline's last transformation (a numpy_function cannot run on
+  # the device).
+  with tf.distribute.OneDeviceStrategy(device).scope():
+    model = models.compile_model(models.build_model(params, len(benchdata.LABELS)), params)
+  model.fit(meter.attach(build()), steps_per_epoch=FLAGS.steps, epochs=1, verbose=0,
+            callbacks=[KerasStallCallback(meter)])
+  return _result(meter)
+
+
+def train_estimator(params, build, device: str) -> dict:
+  del device  # The Estimator places the model's ops on the GPU itself.
+  meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
+  model = models.compile_model(models.build_model(params, len(benchdata.LABELS)),
+                               params.replace(engine="estimator"))
+  model_dir = tempfile.mkdtemp(prefix="estimator-", dir=FLAGS.out_dir)
+  try:
+    config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
+                                    save_checkpoints_secs=None, save_summary_steps=None,
+                                    log_step_count_steps=None)
+    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+    estimator.train(lambda: meter.attach(build()), max_steps=FLAGS.steps,
+                    hooks=[EstimatorStallHook(meter)])
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)
+  return _result(meter)
+
+
+def main(argv):
+  del argv
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus and not FLAGS.allow_cpu:
+    print(f"no GPU found: tf.config.list_physical_devices('GPU') is empty (TensorFlow "
+          f"{tf.__version__}, built with CUDA: {tf.test.is_built_with_cuda()}); nothing to "
+          "check here. Run this on a GPU machine, or pass --allow_cpu to test the script.")
+    return 0
+  if FLAGS.steps <= FLAGS.warmup_steps:
+    raise app.UsageError("--steps must exceed --warmup_steps")
+  logging.set_verbosity(logging.WARNING)
+  device = "/gpu:0" if gpus else "/cpu:0"
+  params = cli.params_from_flags()
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  workload = benchdata.WORKLOADS["wav"]
+  root = os.path.join(FLAGS.out_dir, f"wav-{FLAGS.n_files}")
+  benchdata.make_files(workload, root, FLAGS.n_files)
+  data_params = benchdata.audioclf_params(root, os.path.join(FLAGS.out_dir, "cache"), params)
+  manifest = manifest_lib.load(data_params)
+  for _ in audioclf.input_fn(data_params, "eval", split="train", manifest=manifest):
+    pass  # Fills the cache: the runs below read it warm.
+  batches = [(f["waveform"].numpy(), y.numpy()) for f, y in
+             audioclf.input_fn(data_params, "train", manifest=manifest).take(8)]
+  pipelines = {
+      "audioclf_warm": lambda: audioclf.input_fn(data_params, "train", manifest=manifest),
+      "limit": lambda: benchdata.repeated_batches_input_fn(batches),
+  }
+  results = {"device": device, "gpus": [g.name for g in gpus], "batch_size": params.batch_size,
+             "model": params.model, "width": params.width, "steps": FLAGS.steps,
+             "warmup_steps": FLAGS.warmup_steps}
+  for engine, train in (("keras", train_keras), ("estimator", train_estimator)):
+    runs = {}
+    for name, build in pipelines.items():
+      runs[name] = train(data_params.replace(engine=engine), build, device)
+      print(f"[gpu_check] {engine} {name}: {runs[name]}", file=sys.stderr, flush=True)
+      tf.keras.backend.clear_session()
+    warm, limit = runs["audioclf_warm"]["steps_per_s"], runs["limit"]["steps_per_s"]
+    runs["warm_vs_limit"] = round(warm / limit, 3) if warm and limit else None
+    results[engine] = runs
+  print(json.dumps(results), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
