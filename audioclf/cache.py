@@ -80,6 +80,7 @@ class ClipCache:
 
   def read_marker(self, examples: Sequence[Example]) -> Optional[dict]:
     """The completed split's record (count, skipped paths), or None when not complete."""
+    wait_for_fill(self.split_base(examples))  # A fill of this process may be finishing it.
     try:
       with open(self.split_base(examples) + ".json") as f:
         return json.load(f)
@@ -87,13 +88,34 @@ class ClipCache:
       return None  # Missing, or unreadable: fill again rather than trust it.
 
   def prepare(self) -> None:
-    for kk in range(256):
-      os.makedirs(os.path.join(self.entries_dir, f"{kk:02x}"), exist_ok=True)
-    os.makedirs(self.splits_dir, exist_ok=True)
+    """Makes the folders, and removes temporary files that killed processes left behind."""
+    folders = [os.path.join(self.entries_dir, f"{kk:02x}") for kk in range(256)]
+    for folder in folders + [self.splits_dir]:
+      os.makedirs(folder, exist_ok=True)
+      for entry in os.scandir(folder):
+        if entry.name.endswith(".tmp") and not _alive(entry.name):
+          try:
+            os.remove(entry.path)
+          except FileNotFoundError:
+            pass  # Another process cleaned it first.
 
   @staticmethod
   def write_entry(path: str, samples: np.ndarray) -> None:
     _atomic_write(path, np.ascontiguousarray(samples, dtype="<f4").tobytes())
+
+
+def _alive(tmp_name: str) -> bool:
+  """Whether the process that names itself in `<file>.<pid>.<thread>.tmp` still runs."""
+  try:
+    pid = int(tmp_name.split(".")[-3])
+    os.kill(pid, 0)
+  except (ValueError, IndexError):
+    return False  # Not one of ours by name: leave nothing unparsable behind either.
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True  # Someone else's live process.
+  return True
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -119,6 +141,9 @@ class SplitReader:
   def _open(self):
     with self._lock:
       if self._index is None:
+        wait_for_fill(self.base)
+        if not os.path.exists(self.base + ".json"):
+          raise RuntimeError(f"audioclf: the cache fill of {self.base} failed; see the log above")
         with open(self.base + ".json") as f:
           dtype = json.load(f).get("dtype", "<f4")
         index = np.load(self.base + ".idx.npy")
@@ -153,9 +178,9 @@ class Fill:
   state sits behind a lock. The pipeline calls `finish` from the element that
   completes its pass (or, in training, the last full batch of the first
   epoch); `finish` decodes whatever the pass has not reached yet, writes the
-  split's clips end to end, and marks the split complete before that element
-  is delivered. A run of exactly one epoch of steps therefore leaves a
-  complete cache even though training drops the epoch's last partial batch.
+  split's clips end to end, and marks the split complete. A run of exactly
+  one epoch of steps therefore leaves a complete cache even though training
+  drops the epoch's last partial batch.
   """
 
   def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params):
@@ -165,7 +190,7 @@ class Fill:
     self.rows = {entry.encode(): i for i, entry in enumerate(self.entries)}
     self.base = cache.split_base(self.examples)
     self._lock = threading.Lock()
-    self._finished = False
+    self._started = False
     self._logged: set[str] = set()
     self._inflight: dict[bytes, threading.Event] = {}
 
@@ -217,15 +242,36 @@ class Fill:
       _STATS["decoded"] += 1
     return np.int64(0)
 
-  def finish(self) -> np.int64:
-    """Writes the split file, its index and its marker; once per Fill."""
+  def finish(self, background: bool = False) -> np.int64:
+    """Writes the split file, its index and its marker, once per Fill.
+
+    With `background`, the writing runs on its own thread, so training keeps
+    getting batches meanwhile. The thread is no daemon: Python waits for it at
+    exit, so a run that stops right after its first epoch still leaves a
+    complete split. Readers in this process wait for it (`wait_for_fill`).
+    Without, it returns when the split is written (an evaluation pass, whose
+    caller may look at the cache next).
+    """
     with self._lock:
-      if self._finished:
+      if self._started:
         return np.int64(0)
-    self._write_split()  # Raises for a bad file under "fail": then no marker, as it should be.
-    with self._lock:
-      self._finished = True
+      self._started = True
+    if not background:
+      self._write_split()  # Raises for a bad file under "fail": then no marker, as it should be.
+      return np.int64(0)
+    thread = threading.Thread(target=self._write_split_logged, name="audioclf-cache-fill")
+    with _FILLS_LOCK:
+      _FILLS[self.base] = thread
+    thread.start()
     return np.int64(0)
+
+  def _write_split_logged(self) -> None:
+    try:
+      self._write_split()
+    except BaseException as e:  # pylint: disable=broad-except
+      # A bad file under "fail" also fails the pass that met it, which names
+      # it to the user; this only keeps the split unmarked.
+      logging.error("audioclf: the cache of this split was not written: %s", e)
 
   def _write_data(self, dtype: str) -> tuple[np.ndarray, list[str], int]:
     """Writes the split's samples end to end; returns (offset/length index, skipped, natives)."""
@@ -275,8 +321,9 @@ class Fill:
     offset = int(index[-1].sum()) if len(index) else 0
     with self._lock:
       _STATS["decoded"] += native  # Read from source again just now.
-    idx_tmp = f"{self.base}.idx.{os.getpid()}.{threading.get_ident()}.tmp.npy"
-    np.save(idx_tmp, index)
+    idx_tmp = f"{self.base}.idx.npy.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(idx_tmp, "wb") as f:
+      np.save(f, index)
     os.replace(idx_tmp, self.base + ".idx.npy")
     record = {"count": len(self.examples), "samples": int(offset), "dtype": dtype,
               "skipped": sorted(skipped), "written": time.time()}
@@ -286,6 +333,19 @@ class Fill:
       logging.warning("audioclf: skipped %d bad files of %d", len(skipped), len(self.examples))
     logging.info("audioclf: cached %d clips (%.1f MB) in %.2fs", len(self.examples),
                  offset * np.dtype(dtype).itemsize / 1e6, time.time() - start)
+
+
+_FILLS: dict[str, threading.Thread] = {}  # Split base -> the thread writing it, this process.
+_FILLS_LOCK = threading.Lock()
+
+
+def wait_for_fill(base: Optional[str] = None) -> None:
+  """Waits until this process has written the split at `base` (every split when None)."""
+  with _FILLS_LOCK:
+    threads = list(_FILLS.values()) if base is None else [_FILLS.get(base)]
+  for thread in threads:
+    if thread is not None and thread is not threading.current_thread():
+      thread.join()
 
 
 class _NotNative(Exception):

@@ -193,8 +193,10 @@ def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels:
     samples = tf.cond(native, lambda: samples, lambda: tf.numpy_function(
         fill.decode, [entry], tf.float32, stateful=True))
     samples.set_shape([None])
+    # Training writes the split in the background and keeps going; see Fill.finish.
     done = tf.cond(tf.equal(i, finish_at),
-                   lambda: tf.numpy_function(fill.finish, [], tf.int64, stateful=True),
+                   lambda: tf.numpy_function(lambda: fill.finish(background=training), [],
+                                             tf.int64, stateful=True),
                    lambda: tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
       return i, tf.identity(samples), tf.gather(labels_t, row)

@@ -78,6 +78,7 @@ def test_every_split_is_cached(tmp_path):
   assert len(markers(params)) == 2  # Train is marked once its first epoch is stored.
   for _ in audioclf.input_fn(params, "train").take(20):
     pass
+  cache.wait_for_fill()  # Training writes the split in the background.
   assert len(markers(params)) == 3
 
 
@@ -171,6 +172,7 @@ def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
   params = params_for(tmp_path)
   for _ in audioclf.input_fn(params, "train").take(12):
     pass
+  cache.wait_for_fill()  # Training writes the split in the background.
   before = cache.decode_count()
   ds = audioclf.input_fn(params, "train")
   start = time.perf_counter()
