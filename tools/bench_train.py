@@ -419,8 +419,8 @@ def draw(rows: list[dict], path: str, params: audioclf.Params) -> None:
     ax.set_ylim(0, 1.1)
   axes[0][0].set_ylabel("steps/s / limit", fontsize=8)
   axes[0][-1].legend(fontsize=7, loc="upper left")
-  fig.suptitle(f"{_model_description(params)}, batch {params.batch_size}, {os.cpu_count()} cores",
-               fontsize=8)
+  fig.suptitle(f"{_model_description(params)}, batch {params.batch_size}, {FLAGS.steps} steps, "
+               f"medians of {FLAGS.repeats} rounds, {os.cpu_count()} CPU cores", fontsize=8)
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=80)
