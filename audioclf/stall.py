@@ -44,12 +44,14 @@ class StallMeter:
     with self._lock:
       self.wait_s = self.step_s = 0.0
       self.steps = 0
+      self.probes = 0  # Batches that passed the probe: 0 means the dataset was never attached.
       self._warmup = self._warmup_steps
       self._window_wait = self._window_step = 0.0
 
   # --- Called by the dataset probe (a tf.data thread).
   def _mark_ready(self, blocked=0.0) -> np.int64:
     self._ready, self._blocked = time.perf_counter(), float(blocked)
+    self.probes += 1
     return np.int64(0)
 
   # --- Called by the engine around each step (the training thread).

@@ -83,6 +83,7 @@ def test_probe_times_the_pipeline_only_and_keeps_elements():
     assert float(x) == float(y)
     blocked.append(meter._blocked)
   assert len(blocked) == 4 and min(blocked) >= 0.045
+  assert meter.probes == 4  # Once per batch.
   # Prefetched batches are ready when asked for: however long the consumer
   # takes between batches, the probe sees no blocking.
   fast = tf.data.Dataset.range(4).map(lambda i: (tf.cast(i, tf.float32), i)).prefetch(4)

@@ -72,13 +72,15 @@ class StepTimer:
     return self.steps * batch_size / self.seconds
 
 
-def metered_train_input(params: Params, manifest: Manifest, meter: StallMeter) -> tf.data.Dataset:
+def metered_train_input(params: Params, manifest: Manifest, meter: StallMeter,
+                        seed_offset=None) -> tf.data.Dataset:
   """input_fn's training dataset, with `meter`'s probe after its last transformation.
 
   Call it where the engine wants the dataset built: eagerly for Keras fit,
-  inside the Estimator's input_fn (its graph) for the Estimator.
+  inside the Estimator's input_fn (its graph) for the Estimator. seed_offset
+  goes to input_fn.
   """
-  return meter.attach(input_fn(params, "train", manifest=manifest))
+  return meter.attach(input_fn(params, "train", manifest=manifest, seed_offset=seed_offset))
 
 
 def stall_log_every(params: Params) -> int:
@@ -87,5 +89,9 @@ def stall_log_every(params: Params) -> int:
 
 
 def stall_fraction(meter: StallMeter) -> Optional[float]:
-  """The run's input-stall fraction for metrics.json; None when no step was measured."""
-  return round(meter.fraction, 4) if meter.steps else None
+  """The run's input-stall fraction for metrics.json.
+
+  None when no step was measured, or when no batch passed the meter's probe
+  (a dataset it was never attached to would read as zero stall).
+  """
+  return round(meter.fraction, 4) if meter.steps and meter.probes else None

@@ -97,7 +97,7 @@ def train(params: Params, manifest: Manifest) -> Result:
     initial_epoch = step // every
     history = model.fit(
         # A resumed run continues the shuffle sequence instead of replaying its start.
-        input_fn(params, "train", manifest=manifest, seed_offset=step),
+        metered_train_input(params, manifest, meter, seed_offset=step),
         steps_per_epoch=every,
         initial_epoch=initial_epoch,
         epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
