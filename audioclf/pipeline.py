@@ -92,14 +92,17 @@ class _Order:
     self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.offset = offset
 
-  def rows(self, n: int, repeat: bool) -> tf.data.Dataset:
+  def rows(self, n: int, repeat: bool, values: Optional[np.ndarray] = None) -> tf.data.Dataset:
+    """Numbers 0..n-1 (or `values[0..n-1]`), permuted per epoch when `repeat`."""
+    table = tf.constant(np.arange(n) if values is None else values, tf.int64)
     if not repeat:
-      return tf.data.Dataset.range(n)
+      return tf.data.Dataset.from_tensor_slices(table)
     seed, offset = self.seed, self.offset
 
     def permutation(epoch):
       key = tf.stack([tf.constant(seed, tf.int64), epoch + tf.cast(offset, tf.int64)])
-      return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
+      # Permute the whole table in one op: no function call per example.
+      return tf.random.experimental.stateless_shuffle(table, seed=key)
 
     # Shuffle and then repeat, epoch by epoch: every file once per epoch.
     return tf.data.Dataset.range(2**62).map(permutation).unbatch()
@@ -158,8 +161,7 @@ def _warm(params: Params, base: str, labels: np.ndarray, order: _Order,
   if len(kept) < len(labels):
     logging.info("audioclf: %d bad files were skipped when this split was cached",
                  len(labels) - len(kept))
-  kept_t = tf.constant(kept, tf.int64)
-  rows = order.rows(len(kept), repeat=training).map(lambda i: tf.gather(kept_t, i))
+  rows = order.rows(len(kept), repeat=training, values=kept)
   ds = rows.batch(params.batch_size, drop_remainder=training).enumerate()
   return ds.map(_window_rows(_windows_from(reader), labels, params, training, order.offset),
                 num_parallel_calls=AUTOTUNE)
