@@ -236,12 +236,6 @@ class Fill:
     ClipCache.write_entry(path, samples)
     return samples
 
-  def count_native(self) -> np.int64:
-    """Counts a file decoded natively in the graph (for `decode_count`)."""
-    with self._lock:
-      _STATS["decoded"] += 1
-    return np.int64(0)
-
   def finish(self, background: bool = False) -> np.int64:
     """Writes the split file, its index and its marker, once per Fill.
 
