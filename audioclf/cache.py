@@ -10,9 +10,9 @@ Layout under `cache_dir`:
     splits/<split key>.json          "this split is complete" (and its dtype): written last
 
 An entry's key hashes the file's absolute path, size and mtime, so an edited
-file gets a new entry instead of a stale one, and a split's key hashes its
-entries, so a changed split gets new split files; the decode key hashes every
-decode parameter, so a new sample rate gets a new folder.
+file gets a new entry instead of a stale one; a split's key hashes those of
+all its files in order, so a changed split gets new split files; the decode
+key hashes every decode parameter, so a new sample rate gets a new folder.
 
 Every file is written under a temporary name and renamed into place, so a
 reader never sees half a file, and two processes filling the same cache write
@@ -53,11 +53,9 @@ def default_cache_dir() -> str:
 
 
 def _digest(*parts) -> str:
-  h = hashlib.blake2b(digest_size=16)
-  for p in parts:
-    h.update(str(p).encode("utf-8"))
-    h.update(b"\0")
-  return h.hexdigest()
+  # One update over "part\0part\0...": one call per key, however many parts.
+  data = "".join(f"{p}\0" for p in parts).encode("utf-8")
+  return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 class ClipCache:
@@ -75,23 +73,29 @@ class ClipCache:
     return os.path.join(self.entries_dir, key[:2], key + ".f32")
 
   def split_base(self, examples: Sequence[Example]) -> str:
-    """Path prefix of a split's files; its key hashes the split's entries in order."""
-    return os.path.join(self.splits_dir, _digest(*(self.entry_path(e) for e in examples)))
+    """Path prefix of a split's files; its key hashes every file's path, size and mtime, in order."""
+    return os.path.join(self.splits_dir, _digest(
+        "split", *(f"{e.path}\0{e.size}\0{e.mtime_ns}" for e in examples)))
 
-  def read_marker(self, examples: Sequence[Example]) -> Optional[dict]:
-    """The completed split's record (count, skipped paths), or None when not complete."""
-    wait_for_fill(self.split_base(examples))  # A fill of this process may be finishing it.
+  def read_marker(self, examples: Sequence[Example], base: Optional[str] = None) -> Optional[dict]:
+    """The completed split's record (count, skipped paths), or None when not complete.
+
+    `base`, when the caller already has it, saves hashing the split's key again.
+    """
+    base = base or self.split_base(examples)
+    wait_for_fill(base)  # A fill of this process may be finishing it.
     try:
-      with open(self.split_base(examples) + ".json") as f:
+      with open(base + ".json") as f:
         return json.load(f)
     except (OSError, ValueError):
       return None  # Missing, or unreadable: fill again rather than trust it.
 
   def prepare(self) -> None:
     """Makes the folders, and removes temporary files that killed processes left behind."""
-    folders = [os.path.join(self.entries_dir, f"{kk:02x}") for kk in range(256)]
-    for folder in folders + [self.splits_dir]:
-      os.makedirs(folder, exist_ok=True)
+    os.makedirs(self.splits_dir, exist_ok=True)
+    os.makedirs(self.entries_dir, exist_ok=True)
+    folders = [self.splits_dir] + [e.path for e in os.scandir(self.entries_dir) if e.is_dir()]
+    for folder in folders:
       for entry in os.scandir(folder):
         if entry.name.endswith(".tmp") and not _alive(entry.name):
           try:
@@ -101,6 +105,7 @@ class ClipCache:
 
   @staticmethod
   def write_entry(path: str, samples: np.ndarray) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     _atomic_write(path, np.ascontiguousarray(samples, dtype="<f4").tobytes())
 
 
@@ -183,43 +188,41 @@ class Fill:
   drops the epoch's last partial batch.
   """
 
-  def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params):
+  def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params,
+               base: Optional[str] = None):
     self.cache, self.params = cache, params
     self.examples = list(examples)
-    self.entries = [cache.entry_path(e) for e in self.examples]
-    self.rows = {entry.encode(): i for i, entry in enumerate(self.entries)}
-    self.base = cache.split_base(self.examples)
+    self.base = base or cache.split_base(self.examples)
     self._lock = threading.Lock()
     self._started = False
     self._logged: set[str] = set()
-    self._inflight: dict[bytes, threading.Event] = {}
+    self._inflight: dict[int, threading.Event] = {}
 
-  def decode(self, entry: bytes) -> np.ndarray:
-    """The clip of the entry's file: its entry if an earlier pass wrote one, else decoded now.
+  def decode(self, row) -> np.ndarray:
+    """The clip of the split's `row`-th file: its entry if a pass wrote one, else decoded now.
 
     Returns zero samples for a bad file under on_bad_file="skip".
     """
-    path = entry.decode()
+    row = int(row)
     with self._lock:
       # `finish` may reach a file the pipeline is decoding right now: wait for that instead.
-      busy = self._inflight.get(entry)
+      busy = self._inflight.get(row)
       if busy is None:
-        self._inflight[entry] = threading.Event()
+        self._inflight[row] = threading.Event()
     if busy is not None:
       busy.wait()
-      return self.decode(entry)  # Reads what the other call wrote, or fails as it did.
+      return self.decode(row)  # Reads what the other call wrote, or fails as it did.
     try:
-      return self._decode(entry, path)
+      return self._decode(self.examples[row], self.cache.entry_path(self.examples[row]))
     finally:
       with self._lock:
-        self._inflight.pop(entry).set()
+        self._inflight.pop(row).set()
 
-  def _decode(self, entry: bytes, path: str) -> np.ndarray:
+  def _decode(self, example: Example, path: str) -> np.ndarray:
     try:
       return np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
     except FileNotFoundError:
       pass
-    example = self.examples[self.rows[entry]]
     try:
       samples = decode.decode_file(example.path, self.params.sample_rate,
                                    self.params.resample_quality)
@@ -275,7 +278,7 @@ class Fill:
     offset = 0
     try:
       with open(tmp, "wb") as out:
-        for row, (example, entry) in enumerate(zip(self.examples, self.entries)):
+        for row, example in enumerate(self.examples):
           with open(example.path, "rb") as f:
             head = f.read(decode.HEADER_BYTES)  # One open per file: header, then samples.
             ok = decode.native_wav_header_ok(head, example.size, self.params.sample_rate)
@@ -288,7 +291,7 @@ class Fill:
             count = len(data) // 2
           else:
             samples = (np.frombuffer(data, "<i2").astype(np.float32) * np.float32(1 / 32768)
-                       if ok else self.decode(entry.encode()))
+                       if ok else self.decode(row))
             data, count = np.ascontiguousarray(samples, dtype).tobytes(), samples.size
           if count == 0:
             skipped.append(example.path)

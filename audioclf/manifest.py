@@ -141,9 +141,9 @@ def _from_folders(params: Params) -> Manifest:
         if os.path.splitext(name)[1].lower() not in AUDIO_EXTENSIONS:
           continue
         path = os.path.join(dirpath, name)
-        rel = os.path.relpath(path, root).replace(os.sep, "/")
         split = None
-        if has_lists:
+        if has_lists:  # The lists name files relative to root, with "/".
+          rel = path[len(root) + 1:].replace(os.sep, "/")
           split = "validation" if rel in validation else "test" if rel in testing else "train"
         rows.append((path, label, split))
   examples = _stat_examples(rows, params)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -11,11 +11,15 @@ from absl import logging
 
 from audioclf import decode, manifest as manifest_lib
 from audioclf.cache import ClipCache, Fill, SplitReader
-from audioclf.manifest import Example, Manifest
+from audioclf.manifest import Manifest
 from audioclf.params import MODES, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
+# Every function this module hands to tf.data is plain graph code (tf.cond,
+# no Python control flow on tensors): skipping AutoGraph's source conversion
+# makes building a dataset, which Estimator does on every input_fn call, faster.
+_graph = tf.autograph.experimental.do_not_convert
 
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
@@ -62,17 +66,17 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   order = _Order(params, _offset(seed_offset) if training else 0)
 
   cache = ClipCache(params)
-  marker = cache.read_marker(examples)
-  if marker is not None:
-    ds = _warm(params, cache.split_base(examples), labels, order, training)
+  base = cache.split_base(examples)
+  if cache.read_marker(examples, base) is not None:
+    ds = _warm(params, base, labels, order, training)
   else:
-    ds = _cold(params, cache, examples, labels, order, training)
+    ds = _cold(params, Fill(cache, examples, params, base), labels, order, training)
 
   # Noise after the cache and per batch: drawn anew every epoch, one op for the batch.
   if training and params.noise_prob > 0:
-    ds = ds.enumerate().map(lambda k, batch: (_add_noise(batch[0], params, k), batch[1]),
+    ds = ds.enumerate().map(_graph(lambda k, batch: (_add_noise(batch[0], params, k), batch[1])),
                             num_parallel_calls=AUTOTUNE)
-  ds = ds.map(lambda w, y: ({"waveform": w}, y))
+  ds = ds.map(_graph(lambda w, y: ({"waveform": w}, y)))
   # Prefetch last: the next batches are prepared while the model trains on this one.
   ds = ds.prefetch(AUTOTUNE)
   return ds.with_options(_options(params, training))
@@ -99,6 +103,7 @@ class _Order:
       return tf.data.Dataset.from_tensor_slices(table)
     seed, offset = self.seed, self.offset
 
+    @_graph
     def permutation(epoch):
       key = tf.stack([tf.constant(seed, tf.int64), epoch + tf.cast(offset, tf.int64)])
       # Permute the whole table in one op: no function call per example.
@@ -119,11 +124,25 @@ def _offset(seed_offset):
   return 0
 
 
-def _window_rows(windows, labels: np.ndarray, params: Params, training: bool, offset=0):
-  """Maps batches of row numbers to (windows float32 [b, n], labels int32 [b])."""
+def _window_rows(reader: SplitReader, labels: np.ndarray, params: Params, training: bool,
+                 offset=0):
+  """Maps batches of row numbers to (windows float32 [b, n], labels int32 [b]).
+
+  A row whose clip is empty (a file skipped as bad) gets label -1.
+  """
   labels_t = tf.constant(labels)
   n, shift = params.clip_samples, int(round(params.time_shift_seconds * params.sample_rate))
 
+  def windows(rows, u):
+    lengths = reader.lengths[rows]
+    if not training:  # Evaluation: the middle of the clip; short clips padded at the end.
+      starts = np.maximum(lengths - n, 0) // 2
+    else:  # Training: a window that starts up to `shift` before the clip or after its end.
+      span = np.maximum(lengths - n, 0) + 2 * shift + 1
+      starts = np.minimum((u * span).astype(np.int64), span - 1) - shift
+    return reader.windows(rows, starts, n), lengths > 0
+
+  @_graph
   def cut(batch_no, rows):
     # Stateless draws keyed by the batch's number from the seed offset (the
     # global step in the engines): the same windows whatever order the
@@ -131,26 +150,12 @@ def _window_rows(windows, labels: np.ndarray, params: Params, training: bool, of
     u = tf.random.stateless_uniform(tf.shape(rows), seed=tf.stack([
         tf.constant(params.seed, tf.int64), batch_no + tf.cast(offset, tf.int64)]),
                                     dtype=tf.float64)
-    if not training:
-      u = tf.zeros_like(u)
-    w = tf.numpy_function(lambda r, u: windows(r, u, n, shift if training else None),
-                          [rows, u], tf.float32, stateful=False)
+    w, kept = tf.numpy_function(windows, [rows, u], (tf.float32, tf.bool), stateful=False)
     w = tf.ensure_shape(w, [rows.shape[0], n])  # Static batch size where the rows have one.
-    return w, tf.gather(labels_t, rows)
+    kept = tf.ensure_shape(kept, rows.shape)
+    return w, tf.where(kept, tf.gather(labels_t, rows), -1)
 
   return cut
-
-
-def _windows_from(reader: SplitReader):
-  def windows(rows, u, n, shift):
-    lengths = reader.lengths[rows]
-    if shift is None:  # Evaluation: the middle of the clip; short clips padded at the end.
-      starts = np.maximum(lengths - n, 0) // 2
-    else:  # Training: a window that starts up to `shift` before the clip or after its end.
-      span = np.maximum(lengths - n, 0) + 2 * shift + 1
-      starts = np.minimum((u * span).astype(np.int64), span - 1) - shift
-    return reader.windows(rows, starts, n)
-  return windows
 
 
 def _warm(params: Params, base: str, labels: np.ndarray, order: _Order,
@@ -163,37 +168,52 @@ def _warm(params: Params, base: str, labels: np.ndarray, order: _Order,
                  len(labels) - len(kept))
   rows = order.rows(len(kept), repeat=training, values=kept)
   ds = rows.batch(params.batch_size, drop_remainder=training).enumerate()
-  return ds.map(_window_rows(_windows_from(reader), labels, params, training, order.offset),
+  return ds.map(_window_rows(reader, labels, params, training, order.offset),
                 num_parallel_calls=AUTOTUNE)
 
 
-def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels: np.ndarray,
-          order: _Order, training: bool) -> tf.data.Dataset:
+def _cold(params: Params, fill: Fill, labels: np.ndarray, order: _Order,
+          training: bool) -> tf.data.Dataset:
   """The first pass decodes every file and writes the split; in training, later epochs read it."""
-  cache.prepare()
-  fill = Fill(cache, examples, params)
+  fill.cache.prepare()
+  examples = fill.examples
   n, batch = len(examples), params.batch_size
   paths = tf.constant([e.path for e in examples])
-  entries = tf.constant(fill.entries)
   labels_t = tf.constant(labels)
-  # The element whose batch completes the pass writes the split before it is
-  # delivered. Training drops its last partial batch, so there that is the
-  # last full batch of the first epoch (see Fill).
+  skip = params.on_bad_file == "skip"
+  # Training batches run on across epochs, as a warm run's do: the first pass
+  # decodes the files of epoch 1 and, cold as well, the few of epoch 2 that
+  # complete its last batch; whole batches from the written split follow.
+  # (Under "skip", bad files make the count of good ones unknown until the
+  # pass ends: there the stream is rebatched example by example instead.)
+  fill_up = (batch - n % batch) % batch if training and not skip else 0
+  # The element whose batch completes epoch 1 writes the split before it is
+  # delivered, so a run of exactly one epoch of steps leaves a complete cache.
   finish_at = (n - n % batch if training and n >= batch else n) - 1
 
-  # Only a .wav can take the native path; knowing that here saves an op per file.
-  maybe_native = tf.constant([os.path.splitext(e.path)[1].lower() in (".wav", ".wave")
-                              for e in examples])
+  # Only a .wav can take the native path; knowing that here saves ops per file.
+  wav = np.array([os.path.splitext(e.path)[1].lower() in (".wav", ".wave") for e in examples])
+  maybe_native = tf.constant(wav)
 
+  def read(row):
+    if wav.all():
+      return tf.io.read_file(paths[row])
+    return tf.cond(maybe_native[row], lambda: tf.io.read_file(paths[row]),
+                   lambda: tf.constant(b""))
+
+  def soundfile_decode(row):
+    return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
+
+  @_graph
   def decode_one(i, row):
-    path, entry = paths[row], entries[row]
     # Canonical PCM16 mono WAVs at the target rate decode natively, in
     # parallel and without the GIL; everything else (FLAC, other rates,
     # multichannel, anything odd or broken) goes through soundfile + soxr.
-    contents = tf.cond(maybe_native[row], lambda: tf.io.read_file(path), lambda: tf.constant(b""))
-    native, samples = decode.native_wav(contents, params.sample_rate)
-    samples = tf.cond(native, lambda: samples, lambda: tf.numpy_function(
-        fill.decode, [entry], tf.float32, stateful=True))
+    if wav.any():
+      native, samples = decode.native_wav(read(row), params.sample_rate)
+      samples = tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
+    else:
+      samples = soundfile_decode(row)
     samples.set_shape([None])
     # Training writes the split in the background and keeps going; see Fill.finish.
     done = tf.cond(tf.equal(i, finish_at),
@@ -201,39 +221,30 @@ def _cold(params: Params, cache: ClipCache, examples: Sequence[Example], labels:
                                              tf.int64, stateful=True),
                    lambda: tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
-      return i, tf.identity(samples), tf.gather(labels_t, row)
+      if training:  # Keys apart from the warm batches' (those count batches, these files).
+        w = _random_window(samples, params, -1 - i)
+      else:
+        w = _center_window(samples, params.clip_samples)
+      # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
+      return w, tf.where(tf.size(samples) > 0, labels_t[row], -1)
 
-  first = order.rows(n, repeat=training).take(n).enumerate()
+  rows = order.rows(n, repeat=training)
   # deterministic: the element that finishes must stay in the batch it completes.
-  first = first.map(decode_one, num_parallel_calls=AUTOTUNE, deterministic=True)
-  if params.on_bad_file == "skip":
-    first = first.filter(lambda i, w, y: tf.size(w) > 0)  # Files skipped as bad.
-  if training:
-    # Keys apart from the warm batches' (those count batches, these files).
-    first = first.map(lambda i, w, y: (_random_window(w, params, -1 - i), y),
-                      num_parallel_calls=AUTOTUNE)
-  else:
-    first = first.map(lambda i, w, y: (_center_window(w, params.clip_samples), y),
-                      num_parallel_calls=AUTOTUNE)
+  first = rows.take(n + fill_up).enumerate().map(decode_one, num_parallel_calls=AUTOTUNE,
+                                                 deterministic=True)
+  if skip:
+    first = first.filter(_graph(lambda w, y: y >= 0))
   if not training:
     return first.batch(batch)
 
-  # Later epochs: the warm path's batches, over the split the first epoch wrote.
-  cut = _window_rows(_windows_from(SplitReader(fill.base)), labels, params, True, order.offset)
-  later = order.rows(n, repeat=True).skip(n)
-  if params.on_bad_file == "skip":
-    # Bad files are known only once the first epoch has run: drop their empty windows one by one.
-    valid = lambda w, y: tf.reduce_any(tf.not_equal(w, 0.0))
-    rest = later.batch(batch).enumerate().map(cut, num_parallel_calls=AUTOTUNE).unbatch()
-    return first.concatenate(rest.filter(valid)).batch(batch, drop_remainder=True)
-  # Complete the first epoch's last batch from the second epoch, as a warm run's
-  # batches run on across epochs, then continue a batch at a time.
-  fill_up = (batch - n % batch) % batch
-  head = later.take(fill_up).batch(max(fill_up, 1), drop_remainder=True).enumerate().map(cut)
-  head = head.unbatch()
-  rest = later.skip(fill_up).batch(batch, drop_remainder=True).enumerate()
-  return first.concatenate(head).batch(batch, drop_remainder=True).concatenate(
-      rest.map(cut, num_parallel_calls=AUTOTUNE))
+  # Later epochs: the warm path's batches, over the split the first pass wrote.
+  cut = _window_rows(SplitReader(fill.base), labels, params, True, order.offset)
+  rest = rows.skip(n + fill_up).batch(batch, drop_remainder=True).enumerate()
+  rest = rest.map(cut, num_parallel_calls=AUTOTUNE)
+  if skip:
+    rest = rest.unbatch().filter(_graph(lambda w, y: y >= 0))
+    return first.concatenate(rest).batch(batch, drop_remainder=True)
+  return first.batch(batch, drop_remainder=True).concatenate(rest)
 
 
 def _random_window(samples: tf.Tensor, params: Params, key=0) -> tf.Tensor:

@@ -156,6 +156,21 @@ def test_bad_file_is_skipped_logged_and_counted(tmp_path, bad_name, caplog):
   assert sum(int(y.shape[0]) for _, y in train.take(9)) == 18
 
 
+def test_a_cold_training_run_skips_a_bad_file_in_every_epoch(tmp_path):
+  data, _ = bad_dataset(tmp_path, "text.wav")
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "c"), validation_percent=0,
+                           testing_percent=0, on_bad_file="skip", batch_size=4,
+                           time_shift_seconds=0.0, clip_seconds=0.5)
+  batches = list(audioclf.input_fn(params, "train").take(6))  # 24 examples: 4 epochs of 6.
+  labels = np.concatenate([y.numpy() for _, y in batches])
+  waves = np.concatenate([f["waveform"].numpy() for f, _ in batches])
+  assert (labels >= 0).all()
+  for epoch in range(4):  # The six good files once per epoch, never the bad one's silence.
+    got = zip(waves[epoch * 6:(epoch + 1) * 6], labels[epoch * 6:(epoch + 1) * 6])
+    assert len({(w.tobytes(), y) for w, y in got}) == 6
+  assert np.abs(waves).max(axis=1).min() > 0.1
+
+
 def test_a_split_mixing_native_wavs_and_other_files(tmp_path):
   """A canonical WAV after other files, and before: the split is stored as float32 either way."""
   for label, freq in (("a", 440.0), ("b", 1000.0)):

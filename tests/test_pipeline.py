@@ -50,6 +50,24 @@ def test_train_shuffles_anew_each_epoch_and_covers_every_file(params):
   np.testing.assert_array_equal(np.concatenate(warm), np.concatenate(batches))  # Cache-blind.
 
 
+def test_cold_and_warm_training_batches_agree_across_epoch_boundaries(params):
+  """Batches run on across epochs: the cold pass completes epoch 1's last batch from epoch 2."""
+  params = params.replace(time_shift_seconds=0.0, clip_seconds=0.5)
+  n = len(audioclf.manifest.load(params).split("train"))
+  params = params.replace(batch_size=5)
+  assert n % 5  # The last batch of every epoch straddles two epochs.
+  steps = 3 * n // 5
+  cold = [(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "train").take(steps)]
+  warm = [(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "train").take(steps)]
+  for (wc, yc), (ww, yw) in zip(cold, warm):
+    np.testing.assert_array_equal(wc, ww)
+    np.testing.assert_array_equal(yc, yw)
+  waves = np.concatenate([w for w, _ in cold])
+  for epoch in range(2):  # Every file once per epoch, whatever the batch boundaries.
+    keys = {row.tobytes() for row in waves[epoch * n:(epoch + 1) * n]}
+    assert len(keys) == n
+
+
 def test_labels_match_their_folders(params):
   labels = audioclf.manifest.load(params).labels
   for f, y in audioclf.input_fn(params, "eval"):
