@@ -43,6 +43,8 @@ _HELP = {
     "optimizer": "adam, sgd or rmsprop.",
     "seed": "Seed of weights and augmentation.",
     "log_every_steps": "Log and write summaries every this many steps.",
+    "prefetch_device": "Copy training batches to this device while the step before them runs: "
+                       "auto (the first GPU, when there is one), none, or a name like /gpu:1.",
     "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
     "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
     "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",

@@ -63,6 +63,9 @@ class Params:
   optimizer: str = "adam"
   seed: int = 0
   log_every_steps: int = 50
+  # Where training batches are copied while the step before them runs:
+  # "auto" (the first GPU when TensorFlow sees one, else nowhere), "none", or a device name.
+  prefetch_device: str = "auto"
 
   # --- Hyperparameter search (python -m audioclf.tune).
   tuner: str = "random"  # "random" | "hyperband" | "bayesian"
@@ -88,6 +91,9 @@ class Params:
       raise ValueError("batch_size must be positive")
     if not 0 <= self.validation_percent + self.testing_percent < 100:
       raise ValueError("validation_percent + testing_percent must be in [0, 100)")
+    if self.prefetch_device not in ("auto", "none", "") and not self.prefetch_device.startswith("/"):
+      raise ValueError("prefetch_device must be auto, none or a device name such as /gpu:0, "
+                       f"got {self.prefetch_device!r}")
     return self
 
   def to_dict(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-direc
 from audioclf import cache, cli, models, pipeline
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
+from audioclf.engines.common import prefetch_device
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 
@@ -227,6 +228,11 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
   # keras-tuner takes a seed of 0 for "none" and would draw one at random.
   common = dict(hypermodel=hypermodel, objective=kt.Objective(OBJECTIVE, "max"),
                 seed=params.seed + 1, directory=tune_dir, project_name=PROJECT, overwrite=False)
+  device = prefetch_device(params)
+  if device:
+    # Trials build and fit under it, as the Keras engine does: batches are
+    # copied to the device while the step before them runs.
+    common["distribution_strategy"] = tf.distribute.OneDeviceStrategy(device)
   if params.tuner == "hyperband":
     return _Hyperband(max_epochs=params.trial_epochs, factor=HYPERBAND_FACTOR,
                       hyperband_iterations=hyperband_iterations(params), **common)

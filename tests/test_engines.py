@@ -114,6 +114,22 @@ def test_checkpoints_without_params_are_refused(trained, tmp_path):
     audioclf.train(params.replace(model_dir=model_dir))
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_prefetch_to_a_device_trains_as_well(trained, engine, tmp_path):
+  """The device-prefetch path (OneDeviceStrategy / prefetch_to_device), here to the CPU."""
+  params = trained(engine)[0].replace(prefetch_device="/cpu:0", model_dir=str(tmp_path / "m"))
+  metrics = audioclf.train(params)
+  assert metrics["steps"] == TRAIN_STEPS
+  assert metrics["test_accuracy"] > 0.9
+  assert 0 <= metrics["input_stall_fraction"] < 1
+  assert abs(metrics["test_loss"] - trained(engine)[1]["test_loss"]) < 0.25
+
+
+def test_prefetch_device_must_name_a_device():
+  with pytest.raises(ValueError, match="prefetch_device must be auto, none or a device name"):
+    Params(prefetch_device="gpu0").validate()
+
+
 def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
   params = Params(data_dir=str(tmp_path / "missing"), model_dir=str(tmp_path / "m"))
   with pytest.raises(ValueError, match=r"unknown model 'vgg'.*'cnn', 'ds_cnn'"):

@@ -26,7 +26,10 @@ the first step's seconds (pipeline start-up, plus tracing in Keras: compare
 it within an engine). Targets:
 
   warm_vs_limit   audioclf warm >= 0.95 x the limit's steps/s, with each engine
-  cold_vs_best    audioclf cold steps/s >= best practice's, with each engine
+  cold_vs_best    audioclf cold steps/s >= best practice's, with each engine; or cold
+                  stalls < 1% of the time: it keeps up with the step, and the two
+                  rates differ by noise only (run a shorter --simulated_step_ms,
+                  e.g. 5, to see them apart when the input is the bottleneck)
   engines_agree   Estimator and Keras steps/s within 10% of each other on audioclf warm
 
 --simulated_step_ms=N replaces the model by a tiny one whose training step
@@ -76,6 +79,7 @@ ENGINES = ("keras", "estimator")
 PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "limit")
 TARGET_WARM_RATIO = 0.95
 TARGET_ENGINES_GAP = 0.10
+TIE_STALL = 0.01  # Below this input-stall fraction a pipeline keeps up with the step.
 MIN_MEASURED_STEPS = 5  # A run cut short by --max_seconds still times this many steps.
 # Pipelines that decode every epoch run at one rate throughout, so a few
 # seconds of steps measure it; the others change rate (a cold cache's first
@@ -357,8 +361,13 @@ def summarize(name: str, runs: dict[tuple[str, str], list[Run]]) -> tuple[list[d
     if (engine, "audioclf_cold") in runs and (engine, "best_practice") in runs:
       v = statistics.median(a.steps_per_s / b.steps_per_s for a, b in
                             zip(runs[(engine, "audioclf_cold")], runs[(engine, "best_practice")]))
+      # Where cold keeps up with the step (it stalls under 1% of the time),
+      # steps/s is the step's own rate and the ratio only measures noise:
+      # no input pipeline could make that run faster.
+      stall = by[(engine, "audioclf_cold")]["stall_fraction"]
       targets.append({"workload": name, "target": f"cold_vs_best[{engine}]", "value": v,
-                      "want": ">= 1.0", "pass": v >= 1.0})
+                      "want": f">= 1.0, or cold stall < {TIE_STALL:.0%} (keeps up with the step)",
+                      "pass": v >= 1.0 or stall < TIE_STALL})
   if ("keras", "audioclf_warm") in runs and ("estimator", "audioclf_warm") in runs:
     v = statistics.median(e.steps_per_s / k.steps_per_s for e, k in
                           zip(runs[("estimator", "audioclf_warm")], runs[("keras", "audioclf_warm")]))

@@ -8,8 +8,9 @@ trains the real audioclf model --steps steps with each engine, fed by
 audioclf.input_fn (warm cache) and by the same batches from memory (the
 limit). Keras fit runs under tf.distribute.OneDeviceStrategy, which
 distributes the dataset and so prefetches each batch to the device while the
-step before it runs; the Estimator (model_to_estimator) feeds the device from
-its host-side iterator, as it does in training. Each run carries the stall
+step before it runs; the Estimator (model_to_estimator) reads a dataset that
+ends in tf.data.experimental.prefetch_to_device. Both are what the engines do
+with --prefetch_device=auto on a GPU machine. Each run carries the stall
 meter both engines train with (audioclf.stall).
 
 Prints one JSON line: per engine, steps/s (time inside measured steps) and
@@ -71,7 +72,6 @@ def train_keras(params, build, device: str) -> dict:
 
 
 def train_estimator(params, build, device: str) -> dict:
-  del device  # The Estimator places the model's ops on the GPU itself.
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   model = models.compile_model(models.build_model(params, len(benchdata.LABELS)),
                                params.replace(engine="estimator"))
@@ -81,8 +81,10 @@ def train_estimator(params, build, device: str) -> dict:
                                     save_checkpoints_secs=None, save_summary_steps=None,
                                     log_step_count_steps=None)
     estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
-    estimator.train(lambda: meter.attach(build()), max_steps=FLAGS.steps,
-                    hooks=[EstimatorStallHook(meter)])
+    # As the Estimator engine does: the batches wait on the device.
+    estimator.train(lambda: meter.attach(build()).apply(
+        tf.data.experimental.prefetch_to_device(device, buffer_size=2)),
+                    max_steps=FLAGS.steps, hooks=[EstimatorStallHook(meter)])
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
   return _result(meter)

@@ -72,6 +72,18 @@ class StepTimer:
     return self.steps * batch_size / self.seconds
 
 
+def prefetch_device(params: Params) -> Optional[str]:
+  """The device training batches are prefetched to, or None: they stay on the host.
+
+  "auto" picks the first GPU TensorFlow sees; a CPU-only machine has nothing
+  to copy to (the step runs where the batch already is).
+  """
+  if params.prefetch_device == "auto":
+    gpus = tf.config.list_logical_devices("GPU")
+    return gpus[0].name if gpus else None
+  return None if params.prefetch_device in ("", "none") else params.prefetch_device
+
+
 def metered_train_input(params: Params, manifest: Manifest, meter: StallMeter,
                         seed_offset=None) -> tf.data.Dataset:
   """input_fn's training dataset, with `meter`'s probe after its last transformation.

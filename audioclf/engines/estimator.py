@@ -10,7 +10,8 @@ from absl import logging
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
-                                     metric_values, stall_fraction, stall_log_every)
+                                     metric_values, prefetch_device, stall_fraction,
+                                     stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
@@ -89,6 +90,16 @@ def train(params: Params, manifest: Manifest) -> Result:
   start_step = model_dir_lib.checkpoint_step(latest) if latest else 0
   timer = StepTimer(steps_to_run=params.train_steps - start_step)
   meter = StallMeter()
+  device = prefetch_device(params)
+
+  def train_input():
+    ds = metered_train_input(params, manifest, meter)
+    if device:
+      # The last transformation: the next batches wait on the device (the
+      # Estimator places its iterator where the dataset ends: tensorflow#37277).
+      ds = ds.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
+    return ds
+
   if start_step < params.train_steps:
     # The stall hook begins and ends the meter's steps; the saving listener
     # ends a step that saves before the checkpoint and its evaluation, for the
@@ -99,7 +110,7 @@ def train(params: Params, manifest: Manifest) -> Result:
         estimator,
         # The probe goes in inside the input_fn: the Estimator builds the
         # dataset in its own graph.
-        tf.estimator.TrainSpec(lambda: metered_train_input(params, manifest, meter),
+        tf.estimator.TrainSpec(train_input,
                                max_steps=params.train_steps, hooks=hooks,
                                saving_listeners=[_EndStepBeforeSave([timer, meter])]),
         # throttle_secs=0: evaluate every checkpoint; their spacing is the schedule.

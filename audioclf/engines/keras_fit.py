@@ -12,7 +12,8 @@ from absl import logging
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
-                                     metric_values, stall_fraction, stall_log_every)
+                                     metric_values, prefetch_device, stall_fraction,
+                                     stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
@@ -72,6 +73,17 @@ def train(params: Params, manifest: Manifest) -> Result:
     the input-stall fraction.
   """
   tf.keras.utils.set_random_seed(params.seed)
+  device = prefetch_device(params)
+  # On a GPU, a model built under a one-device strategy has fit (and
+  # evaluate) distribute its datasets: their iterator copies the next batch to
+  # the device while the current step runs. The stall probe stays the host
+  # pipeline's last transformation. Without one, the default strategy.
+  strategy = tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
+  with strategy.scope():
+    return _train(params, manifest)
+
+
+def _train(params: Params, manifest: Manifest) -> Result:
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
   # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
   # model_dir.load_model reads both engines' checkpoints the same way.
