@@ -95,8 +95,9 @@ def train(params: Params, manifest: Manifest) -> Result:
   def train_input():
     ds = metered_train_input(params, manifest, meter)
     if device:
-      # The last transformation: the next batches wait on the device (the
-      # Estimator places its iterator where the dataset ends: tensorflow#37277).
+      # The last transformation: the next batches wait on the device. The
+      # Estimator's initializable iterator is colocated with the dataset's
+      # last op, so it reads them there (tensorflow#37277, in TF since 2.3).
       ds = ds.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
     return ds
 
