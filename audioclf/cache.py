@@ -416,11 +416,11 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run() -> None:
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from absl import flags  # pylint: disable=g-import-not-at-top
   from audioclf import cli  # pylint: disable=g-import-not-at-top
   cli.define_flags()
   flags.DEFINE_bool("info", False, "Print what is cached instead of filling it.")
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging as std_logging
 import typing
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from absl import flags
+from absl import app, flags
 
 from audioclf.params import SPLITS, Params
 
@@ -130,3 +131,21 @@ def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None
       lines.append(f"--{field.name}={value}")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+
+
+def run(main: Callable[[list[str]], Any]) -> None:
+  """absl's app.run(main) for an audioclf command, each TensorFlow log line printed once.
+
+  TensorFlow gives its logger a handler of its own when it first logs before
+  app.run has installed absl's; records then print through both (every
+  Estimator message twice). Inside main, absl's handler alone prints them.
+  """
+  def main_with_one_log_handler(argv):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf_logger = tf.get_logger()
+    if tf_logger.propagate and std_logging.getLogger().handlers:
+      for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    return main(argv)
+
+  app.run(main_with_one_log_handler)

@@ -105,7 +105,7 @@ def main(argv):
 def run():
   cli.define_model_dir_flags()
   flags.mark_flag_as_required("model_dir")
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ def main(argv):
 
 def run():
   cli.define_flags()
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

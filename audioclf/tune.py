@@ -506,7 +506,7 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
   cli.define_flags()
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":
