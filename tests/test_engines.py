@@ -140,9 +140,10 @@ def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path):
-  # The Keras engine: its progress bar shares stdout with the JSON line.
-  engine = "keras"
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path, engine):
+  # Keras: its progress bar shares stdout with the JSON line. Estimator: its
+  # many INFO lines reach stderr once each, in absl's format.
   flagfile = str(tmp_path / "tiny.flags")
   params = tone_params.replace(model="ds_cnn", train_steps=6, eval_every_steps=3,
                                model_dir=str(tmp_path / "model"))
@@ -158,3 +159,6 @@ def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path):
   assert summary["steps"] == 6
   with open(os.path.join(params.model_dir, "metrics.json")) as f:
     assert json.load(f) == summary
+  if engine == "estimator":
+    assert "Calling model_fn." in proc.stderr
+    assert "INFO:tensorflow:" not in proc.stderr  # TF's own handler would print it a second time.
