@@ -424,4 +424,8 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-  run()
+  # `python -m audioclf.cache` runs this file as __main__, a second copy of the
+  # module: hand over to the one the pipeline imports, whose decode counter
+  # and fill threads are the ones that move.
+  from audioclf import cache as _cache  # pylint: disable=g-import-not-at-top
+  _cache.run()

@@ -1,6 +1,7 @@
 """The persistent clip cache: reuse across calls and processes, invalidation, kill and race safety."""
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -80,6 +81,23 @@ def test_every_split_is_cached(tmp_path):
     pass
   cache.wait_for_fill()  # Training writes the split in the background.
   assert len(markers(params)) == 3
+
+
+def test_prefill_command_fills_every_split_and_counts_its_decodes(tmp_path):
+  params = params_for(tmp_path, validation_percent=30, testing_percent=30)
+  cmd = [sys.executable, "-m", "audioclf.cache", f"--data_dir={params.data_dir}",
+         f"--cache_dir={params.cache_dir}", "--validation_percent=30", "--testing_percent=30"]
+  reports = []
+  for _ in range(2):
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    reports.append(json.loads(out.stdout.strip().splitlines()[-1]))
+  first, second = reports
+  assert first["complete_splits"] == 3
+  for split in ("train", "validation", "test"):
+    assert first[split]["decoded"] == first[split]["files"] > 0
+    assert not first[split]["was_cached"]
+    assert second[split]["decoded"] == 0 and second[split]["was_cached"]
 
 
 @pytest.mark.parametrize("ext", ["wav", "flac"])
