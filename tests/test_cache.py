@@ -199,3 +199,27 @@ def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
   # Not a speed test: a buffer of decoded waveforms would read all 24 train files first.
   assert first < 5.0
   assert cache.decode_count() == before
+
+
+@pytest.mark.parametrize("dtype", ["<i2", "<f4"])
+def test_split_reader_windows_match_a_sample_by_sample_cut(tmp_path, dtype):
+  """Windows shifted off either end of their clip, wholly outside it, over empty clips."""
+  rng = np.random.default_rng(0)
+  lengths = np.array([0, 1, 5, 10, 13, 30])
+  index = np.stack([np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths], 1)
+  blob = rng.integers(-30000, 30000, lengths.sum()).astype(dtype)
+  base = str(tmp_path / "split")
+  blob.tofile(base + ".data")
+  np.save(base + ".idx.npy", index)
+  with open(base + ".json", "w") as f:
+    json.dump({"dtype": dtype}, f)
+  reader = cache.SplitReader(base)
+  scale = np.float32(1 / 32768) if dtype == "<i2" else np.float32(1)
+  for n in (1, 7, 20):
+    rows, starts = rng.integers(0, len(lengths), 300), rng.integers(-40, 45, 300)
+    want = np.zeros((len(rows), n), np.float32)
+    for j, (row, start) in enumerate(zip(rows, starts)):
+      for k in range(n):
+        if 0 <= start + k < lengths[row]:
+          want[j, k] = blob[index[row, 0] + start + k] * scale
+    np.testing.assert_array_equal(reader.windows(rows, starts, n), want)
