@@ -25,6 +25,7 @@ file skipped under `on_bad_file="skip"`.
 
   python -m audioclf.cache --data_dir=data/speech_words    # pre-fill every split
   python -m audioclf.cache --data_dir=... --info           # what is cached
+  python -m audioclf.cache --prune_days=30                 # delete what went unused for 30 days
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ class ClipCache:
     wait_for_fill(base)  # A fill of this process may be finishing it.
     try:
       with open(base + ".json") as f:
-        return json.load(f)
+        marker = json.load(f)
     except (OSError, ValueError):
       return None  # Missing, or unreadable: fill again rather than trust it.
+    _touch(base + ".json")  # Its mtime says when the split was last used (see `prune`).
+    return marker
 
   def prepare(self) -> None:
     """Makes the folders, and removes temporary files that killed processes left behind."""
@@ -121,6 +124,14 @@ def _alive(tmp_name: str) -> bool:
   except PermissionError:
     return True  # Someone else's live process.
   return True
+
+
+def _touch(path: str) -> None:
+  """Marks a cache file as just used; a read-only cache stays as it is."""
+  try:
+    os.utime(path)
+  except OSError:
+    pass
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -224,7 +235,9 @@ class Fill:
 
   def _decode(self, example: Example, path: str) -> np.ndarray:
     try:
-      return np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
+      samples = np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
+      _touch(path)
+      return samples
     except FileNotFoundError:
       pass
     try:
@@ -406,6 +419,59 @@ def cache_info(params: Params) -> dict:
                                  ("entries", "entries_bytes", "complete_splits", "splits_bytes")}}
 
 
+def prune(cache_dir: Optional[str], days: float) -> dict:
+  """Deletes what no run has used for `days` days, under every decode folder of `cache_dir`.
+
+  A split goes when its marker was last read (every input_fn call that finds
+  it touches it) before the cut-off: marker first, so no reader trusts a
+  half-deleted split, then its data and index. Entries go when last read or
+  written before it; so do a killed fill's leftovers (split files with no
+  marker, temporary files). What a running fill writes is newer than any
+  cut-off, and a process that has a split memory-mapped keeps reading it.
+
+  Returns:
+    {"removed_files": n, "freed_bytes": n, "kept_splits": n}.
+  """
+  if days < 0:
+    raise ValueError(f"prune days must be >= 0, got {days}")
+  cutoff = time.time() - days * 86400
+  report = collections.Counter()
+
+  def remove(path: str) -> None:
+    try:
+      size = os.path.getsize(path)
+      os.remove(path)
+    except FileNotFoundError:
+      return  # Another process pruned it first.
+    report["removed_files"] += 1
+    report["freed_bytes"] += size
+
+  root = cache_dir or default_cache_dir()
+  for folder in (os.scandir(root) if os.path.isdir(root) else ()):
+    if not folder.is_dir():
+      continue
+    splits = os.path.join(folder.path, "splits")
+    files = collections.defaultdict(list)  # Split key -> its files.
+    for f in (os.scandir(splits) if os.path.isdir(splits) else ()):
+      files[f.name.split(".")[0]].append(f.path)
+    for key, paths in files.items():
+      marker = os.path.join(splits, key + ".json")
+      if marker in paths:
+        if os.path.getmtime(marker) >= cutoff:
+          report["kept_splits"] += 1
+          continue
+        paths = [marker] + sorted(set(paths) - {marker})
+      for path in paths:
+        if path == marker or os.path.getmtime(path) < cutoff:
+          remove(path)
+    for dirpath, _, names in os.walk(os.path.join(folder.path, "entries")):
+      for name in names:
+        path = os.path.join(dirpath, name)
+        if os.path.getmtime(path) < cutoff:
+          remove(path)
+  return {k: report[k] for k in ("removed_files", "freed_bytes", "kept_splits")}
+
+
 def main(argv: Sequence[str]) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   from audioclf import cli  # pylint: disable=g-import-not-at-top
@@ -413,6 +479,9 @@ def main(argv: Sequence[str]) -> None:
   params = cli.params_from_flags()
   if flags.FLAGS.info:
     print(json.dumps(cache_info(params)))
+    return
+  if flags.FLAGS.prune_days is not None:
+    print(json.dumps(prune(params.cache_dir, flags.FLAGS.prune_days)))
     return
   start = time.time()
   report = prefill(params)
@@ -424,6 +493,8 @@ def run() -> None:
   from audioclf import cli  # pylint: disable=g-import-not-at-top
   cli.define_flags()
   flags.DEFINE_bool("info", False, "Print what is cached instead of filling it.")
+  flags.DEFINE_float("prune_days", None, "Instead of filling, delete the splits and entries "
+                     "of every dataset under --cache_dir that no run has used for this many days.")
   cli.run(main)
 
 

@@ -223,3 +223,25 @@ def test_split_reader_windows_match_a_sample_by_sample_cut(tmp_path, dtype):
         if 0 <= start + k < lengths[row]:
           want[j, k] = blob[index[row, 0] + start + k] * scale
     np.testing.assert_array_equal(reader.windows(rows, starts, n), want)
+
+
+def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path):
+  params = params_for(tmp_path, ext="flac", validation_percent=30, testing_percent=30)
+  eval_waveforms(params)
+  eval_waveforms(params, split="test")
+  week_ago = time.time() - 7 * 86400
+  for path in glob.glob(os.path.join(params.cache_dir, "**", "*"), recursive=True):
+    os.utime(path, (week_ago, week_ago))
+  validation = eval_waveforms(params)  # Warm: marks the validation split as used now.
+  report = cache.prune(params.cache_dir, days=3)
+  assert report["kept_splits"] == 1
+  assert report["removed_files"] >= 3 + 2  # The test split's marker, data and index; entries.
+  assert len(markers(params)) == 1
+  assert not glob.glob(os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32"))
+  decoded = cache.decode_count()
+  np.testing.assert_array_equal(eval_waveforms(params), validation)  # Still warm.
+  assert cache.decode_count() == decoded
+  eval_waveforms(params, split="test")  # Refilled from the source files.
+  assert cache.decode_count() > decoded
+  assert cache.prune(params.cache_dir, days=3) == {
+      "removed_files": 0, "freed_bytes": 0, "kept_splits": 2}
