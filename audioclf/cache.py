@@ -176,18 +176,14 @@ class SplitReader:
   def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
     """float32 [len(rows), n]: samples [start, start + n) of each clip, zero outside it."""
     blob, index = self._open()
-    out = np.empty((len(rows), n), np.float32)
-    # PCM16 as libsndfile scales it; exact (a power of two). Converted and
-    # scaled in the one pass that copies each window out of the page cache.
-    scale = np.float32(1 / 32768) if blob.dtype.kind == "i" else np.float32(1)
+    out = np.zeros((len(rows), n), np.float32)
     offsets, lengths = index[rows].T.tolist()  # Python ints: cheap to index with.
     for window, offset, length, start in zip(out, offsets, lengths, starts.tolist()):
-      lo = min(max(start, 0), length)  # The part of the clip in the window: [lo, hi).
-      hi = max(min(start + n, length), lo)
-      a, b = min(max(lo - start, 0), n), min(max(hi - start, 0), n)  # Where it lands.
-      window[:a] = 0  # Before the clip (a shift left of its start) ...
-      window[b:] = 0  # ... and after its end.
-      np.multiply(blob[offset + lo:offset + lo + b - a], scale, out=window[a:b])
+      lo, hi = max(start, 0), min(start + n, length)  # The part of the clip in the window.
+      if hi > lo:
+        window[lo - start:hi - start] = blob[offset + lo:offset + hi]
+    if blob.dtype.kind == "i":
+      out *= np.float32(1 / 32768)  # PCM16 as libsndfile scales it; exact (a power of two).
     return out
 
 
