@@ -239,17 +239,9 @@ def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset
   model = make_model(params, "estimator")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   clock = _Clock(FLAGS.warmup_steps, max_seconds)
-  model_dir = tempfile.mkdtemp(prefix="estimator-", dir=FLAGS.out_dir)
-  try:
-    # No checkpoints, summaries or step logs: only training steps, as in the Keras run.
-    config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
-                                    save_checkpoints_secs=None, save_summary_steps=None,
-                                    log_step_count_steps=None)
-    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+  with benchdata.scratch_estimator(model, FLAGS.out_dir) as estimator:
     estimator.train(lambda: meter.attach(build()), max_steps=steps,
                     hooks=[_EstimatorClock(clock), EstimatorStallHook(meter)])
-  finally:
-    shutil.rmtree(model_dir, ignore_errors=True)
   return clock.run(meter)
 
 

@@ -17,10 +17,13 @@ int32 [B]) batches, so a benchmark can swap one for another:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
-from typing import Callable, Optional, Sequence
+import shutil
+import tempfile
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -249,3 +252,20 @@ def repeated_batches_input_fn(batches: Sequence[tuple[np.ndarray, np.ndarray]]) 
 
   ds = tf.data.Dataset.range(len(batches)).map(element).cache().repeat()
   return ds.prefetch(AUTOTUNE)
+
+
+@contextlib.contextmanager
+def scratch_estimator(model: tf.keras.Model, parent_dir: str) -> Iterator[tf.estimator.Estimator]:
+  """model_to_estimator of `model` in a temporary model_dir, deleted afterwards.
+
+  It writes no checkpoints, summaries or step logs: only training steps run,
+  as in a benchmark's Keras fit.
+  """
+  model_dir = tempfile.mkdtemp(prefix="estimator-", dir=parent_dir)
+  try:
+    config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
+                                    save_checkpoints_secs=None, save_summary_steps=None,
+                                    log_step_count_steps=None)
+    yield tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+  finally:
+    shutil.rmtree(model_dir, ignore_errors=True)

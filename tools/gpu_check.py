@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 
@@ -75,18 +74,11 @@ def train_estimator(params, build, device: str) -> dict:
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   model = models.compile_model(models.build_model(params, len(benchdata.LABELS)),
                                params.replace(engine="estimator"))
-  model_dir = tempfile.mkdtemp(prefix="estimator-", dir=FLAGS.out_dir)
-  try:
-    config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
-                                    save_checkpoints_secs=None, save_summary_steps=None,
-                                    log_step_count_steps=None)
-    estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+  with benchdata.scratch_estimator(model, FLAGS.out_dir) as estimator:
     # As the Estimator engine does: the batches wait on the device.
     estimator.train(lambda: meter.attach(build()).apply(
         tf.data.experimental.prefetch_to_device(device, buffer_size=2)),
                     max_steps=FLAGS.steps, hooks=[EstimatorStallHook(meter)])
-  finally:
-    shutil.rmtree(model_dir, ignore_errors=True)
   return _result(meter)
 
 
