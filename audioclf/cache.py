@@ -74,7 +74,7 @@ class ClipCache:
     return os.path.join(self.entries_dir, key[:2], key + ".f32")
 
   def split_base(self, examples: Sequence[Example]) -> str:
-    """Path prefix of a split's files; its key hashes every file's path, size and mtime, in order."""
+    """Path prefix of a split's files; its key hashes each file's path, size and mtime, in order."""
     return os.path.join(self.splits_dir, _digest(
         "split", *(f"{e.path}\0{e.size}\0{e.mtime_ns}" for e in examples)))
 

@@ -18,6 +18,7 @@ its input_fn called in the Estimator's graph), fed by each pipeline:
   audioclf_cold  audioclf.input_fn on an empty cache (the first epoch decodes and fills it)
   audioclf_warm  audioclf.input_fn on a filled cache
   limit          the same batches already in memory, repeated: what the step alone allows
+  limit_unmetered  the limit without the stall meter (every other run carries it)
 
 Columns: steps/s after --warmup_steps; the input stall fraction
 (audioclf.stall.StallMeter, the meter both engines train with); the ratio of
@@ -31,6 +32,8 @@ it within an engine). Targets:
                   rates differ by noise only (run a shorter --simulated_step_ms,
                   e.g. 5, to see them apart when the input is the bottleneck)
   engines_agree   Estimator and Keras steps/s within 10% of each other on audioclf warm
+  meter_cost      the limit with the stall meter >= 0.97 x the limit without it
+                  (limit_unmetered): the meter adds no measurable cost
 
 --simulated_step_ms=N replaces the model by a tiny one whose training step
 waits N ms in time.sleep (inside a tf.numpy_function, which releases the GIL),
@@ -76,9 +79,11 @@ import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a 
 
 FLAGS = flags.FLAGS
 ENGINES = ("keras", "estimator")
-PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "limit")
+PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "limit", "limit_unmetered")
+UNMETERED = "limit_unmetered"  # The limit without the stall meter: what the meter costs.
 TARGET_WARM_RATIO = 0.95
 TARGET_ENGINES_GAP = 0.10
+TARGET_METER_RATIO = 0.97  # The meter may cost no more than the noise between runs here (~2%).
 TIE_STALL = 0.01  # Below this input-stall fraction a pipeline keeps up with the step.
 MIN_MEASURED_STEPS = 5  # A run cut short by --max_seconds still times this many steps.
 # Pipelines that decode every epoch run at one rate throughout, so a few
@@ -223,25 +228,28 @@ class _EstimatorClock(tf.estimator.SessionRunHook):
 
 
 def train_keras(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
-                max_seconds: float = 0.0) -> Run:
+                max_seconds: float = 0.0, metered: bool = True) -> Run:
   """model.fit on build()'s dataset for `steps` steps, with the stall meter attached."""
   model = make_model(params, "keras")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   clock = _Clock(FLAGS.warmup_steps, max_seconds)
-  model.fit(meter.attach(build()), steps_per_epoch=steps, epochs=1, verbose=0,
-            callbacks=[_KerasClock(clock), KerasStallCallback(meter)])
+  ds, callbacks = build(), [_KerasClock(clock)]
+  if metered:
+    ds, callbacks = meter.attach(ds), callbacks + [KerasStallCallback(meter)]
+  model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
   return clock.run(meter)
 
 
 def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
-                    max_seconds: float = 0.0) -> Run:
+                    max_seconds: float = 0.0, metered: bool = True) -> Run:
   """model_to_estimator of the same compiled model; build() runs inside the Estimator's graph."""
   model = make_model(params, "estimator")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   clock = _Clock(FLAGS.warmup_steps, max_seconds)
+  hooks = [_EstimatorClock(clock)] + ([EstimatorStallHook(meter)] if metered else [])
   with benchdata.scratch_estimator(model, FLAGS.out_dir) as estimator:
-    estimator.train(lambda: meter.attach(build()), max_steps=steps,
-                    hooks=[_EstimatorClock(clock), EstimatorStallHook(meter)])
+    estimator.train(lambda: meter.attach(build()) if metered else build(), max_steps=steps,
+                    hooks=hooks)
   return clock.run(meter)
 
 
@@ -293,6 +301,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
                                                  "train", manifest=manifest),
       "audioclf_warm": lambda: audioclf.input_fn(data_params, "train", manifest=manifest),
       "limit": lambda: benchdata.repeated_batches_input_fn(limit),
+      UNMETERED: lambda: benchdata.repeated_batches_input_fn(limit),
   }
   order = [p for p in PIPELINES if p in FLAGS.pipelines]
   engines = [e for e in ENGINES if e in FLAGS.engines]
@@ -316,9 +325,9 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
           cold_dirs.append(os.path.join(_cold_root(), f"{name}-{engine}-{r}"))
         t = time.perf_counter()
         run = TRAIN[engine](data_params, builders[p], FLAGS.steps,
-                            FLAGS.max_seconds if p in CAPPED else 0.0)
+                            FLAGS.max_seconds if p in CAPPED else 0.0, metered=p != UNMETERED)
         runs[(engine, p)].append(run)
-        _log(f"[{name}] round {r + 1} {engine:9s} {p:13s}: {run.steps_per_s:6.2f} steps/s, "
+        _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
              f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
              f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
         tf.keras.backend.clear_session()
@@ -360,6 +369,12 @@ def summarize(name: str, runs: dict[tuple[str, str], list[Run]]) -> tuple[list[d
       targets.append({"workload": name, "target": f"cold_vs_best[{engine}]", "value": v,
                       "want": f">= 1.0, or cold stall < {TIE_STALL:.0%} (keeps up with the step)",
                       "pass": v >= 1.0 or stall < TIE_STALL})
+    if (engine, "limit") in runs and (engine, UNMETERED) in runs:
+      v = statistics.median(a.steps_per_s / b.steps_per_s for a, b in
+                            zip(runs[(engine, "limit")], runs[(engine, UNMETERED)]))
+      targets.append({"workload": name, "target": f"meter_cost[{engine}]", "value": v,
+                      "want": f">= {TARGET_METER_RATIO} (limit with / without the stall meter)",
+                      "pass": v >= TARGET_METER_RATIO})
   if ("keras", "audioclf_warm") in runs and ("estimator", "audioclf_warm") in runs:
     v = statistics.median(e.steps_per_s / k.steps_per_s for e, k in
                           zip(runs[("estimator", "audioclf_warm")], runs[("keras", "audioclf_warm")]))
@@ -380,12 +395,13 @@ def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params)
   print(f"\naudioclf training input: {_model_description(params)}; batch {params.batch_size}, "
         f"{FLAGS.steps} steps ({FLAGS.warmup_steps} warm-up); {os.cpu_count()} CPU cores, "
         f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
-  print(f"{'workload':8s}  {'engine':9s}  {'pipeline':13s}  {'steps/s':>7s}  {'stall':>5s}  "
+  print(f"{'workload':8s}  {'engine':9s}  {'pipeline':15s}  {'steps/s':>7s}  {'stall':>5s}  "
         f"{'vs limit':>8s}  {'steps':>5s}  {'1st step s':>10s}")
   for row in rows:
     ratio = row["ratio_to_limit"]
-    print(f"{row['workload']:8s}  {row['engine']:9s}  {row['pipeline']:13s}  "
-          f"{row['steps_per_s']:7.2f}  {row['stall_fraction']:5.3f}  "
+    print(f"{row['workload']:8s}  {row['engine']:9s}  {row['pipeline']:15s}  "
+          f"{row['steps_per_s']:7.2f}  "
+          f"{'-' if row['pipeline'] == UNMETERED else format(row['stall_fraction'], '5.3f'):>5s}  "
           f"{(f'{ratio:.3f}' if ratio is not None else '-'):>8s}  {row['measured_steps']:5d}  "
           f"{row['first_step_s']:10.2f}")
   print()
@@ -401,8 +417,8 @@ def draw(rows: list[dict], path: str, params: audioclf.Params) -> None:
   import matplotlib.pyplot as plt
 
   workloads = list(dict.fromkeys(r["workload"] for r in rows))
-  fig, axes = plt.subplots(1, len(workloads), figsize=(4.2 * len(workloads), 3.0), sharey=True,
-                           squeeze=False)
+  width = max(4.2 * len(workloads), 6.5)  # Room for the title over a single panel too.
+  fig, axes = plt.subplots(1, len(workloads), figsize=(width, 3.0), sharey=True, squeeze=False)
   for ax, name in zip(axes[0], workloads):
     mine = [r for r in rows if r["workload"] == name and r["ratio_to_limit"] is not None]
     pipelines = list(dict.fromkeys(r["pipeline"] for r in mine))
