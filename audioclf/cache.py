@@ -442,6 +442,12 @@ def prune(cache_dir: Optional[str], days: float) -> dict:
     report["removed_files"] += 1
     report["freed_bytes"] += size
 
+  def unused(path: str) -> bool:
+    try:
+      return os.path.getmtime(path) < cutoff
+    except FileNotFoundError:
+      return False  # Gone already.
+
   root = cache_dir or default_cache_dir()
   for folder in (os.scandir(root) if os.path.isdir(root) else ()):
     if not folder.is_dir():
@@ -453,17 +459,17 @@ def prune(cache_dir: Optional[str], days: float) -> dict:
     for key, paths in files.items():
       marker = os.path.join(splits, key + ".json")
       if marker in paths:
-        if os.path.getmtime(marker) >= cutoff:
+        if not unused(marker):
           report["kept_splits"] += 1
           continue
         paths = [marker] + sorted(set(paths) - {marker})
       for path in paths:
-        if path == marker or os.path.getmtime(path) < cutoff:
+        if path == marker or unused(path):
           remove(path)
     for dirpath, _, names in os.walk(os.path.join(folder.path, "entries")):
       for name in names:
         path = os.path.join(dirpath, name)
-        if os.path.getmtime(path) < cutoff:
+        if unused(path):
           remove(path)
   return {k: report[k] for k in ("removed_files", "freed_bytes", "kept_splits")}
 
