@@ -195,8 +195,8 @@ class Fill:
   completes its pass (or, in training, the last full batch of the first
   epoch); `finish` decodes whatever the pass has not reached yet, writes the
   split's clips end to end, and marks the split complete. A run of exactly
-  one epoch of steps therefore leaves a complete cache even though training
-  drops the epoch's last partial batch.
+  one epoch of steps (files // batch size) therefore leaves a complete cache,
+  though the epoch's leftover files are in no batch it trained on.
   """
 
   def __init__(self, cache: ClipCache, examples: Sequence[Example], params: Params,

@@ -29,7 +29,7 @@ class Params:
   # --- Decoding and the persistent cache.
   sample_rate: int = 16000
   clip_seconds: float = 1.0
-  cache_dir: Optional[str] = None  # None: <data root>/.audioclf_cache.
+  cache_dir: Optional[str] = None  # None: $AUDIOCLF_CACHE_DIR, else ~/.cache/audioclf.
   on_bad_file: str = "fail"  # "fail" | "skip"
   resample_quality: str = "HQ"  # soxr quality: "QQ", "LQ", "MQ", "HQ", "VHQ".
 
