@@ -3,10 +3,12 @@
 Layout under `cache_dir`:
 
   <decode key>/                      one folder per set of decode parameters
-    entries/<kk>/<key>.f32           float32 samples of one file that needed soundfile + soxr
+    entries/<kk>/<key>.f32           float32 samples of one file that needed soundfile + soxr,
+                                     kept only until its split is written
     splits/<split key>.data          every clip of a split, end to end (int16 where every
                                      file is a canonical PCM16 WAV, else float32)
     splits/<split key>.idx.npy       int64 [files, 2]: offset and length of each clip
+    splits/<split key>.keys.npy      each clip's entry key, so later splits can take it
     splits/<split key>.json          "this split is complete" (and its dtype): written last
 
 An entry's key hashes the file's absolute path, size and mtime, so an edited
@@ -18,10 +20,13 @@ Every file is written under a temporary name and renamed into place, so a
 reader never sees half a file, and two processes filling the same cache write
 identical bytes under the same names. The split's marker is renamed into place
 last, so a run killed while filling leaves no marker and the next run fills
-again, reusing the entries it finds: there are no locks to go stale. Canonical
-PCM16 WAVs at the target rate need no entry: their samples are read straight
-from the source when the split is written. A clip of length zero records a
-file skipped under `on_bad_file="skip"`.
+again, reusing the entries it finds: there are no locks to go stale. Once the
+marker is written the split's entries are deleted (the split holds the same
+clips), and a later fill reads a clip it lacks an entry for from any complete
+split that holds it, so an edited file costs one decode and the disk holds
+each clip once. Canonical PCM16 WAVs at the target rate need no entry: their
+samples are read straight from the source when the split is written. A clip
+of length zero records a file skipped under `on_bad_file="skip"`.
 
   python -m audioclf.cache --data_dir=data/speech_words    # pre-fill every split
   python -m audioclf.cache --data_dir=... --info           # what is cached
@@ -69,8 +74,11 @@ class ClipCache:
     self.entries_dir = os.path.join(self.root, "entries")
     self.splits_dir = os.path.join(self.root, "splits")
 
+  def entry_key(self, example: Example) -> str:
+    return _digest(example.path, example.size, example.mtime_ns)
+
   def entry_path(self, example: Example) -> str:
-    key = _digest(example.path, example.size, example.mtime_ns)
+    key = self.entry_key(example)
     return os.path.join(self.entries_dir, key[:2], key + ".f32")
 
   def split_base(self, examples: Sequence[Example]) -> str:
@@ -173,6 +181,15 @@ class SplitReader:
   def lengths(self) -> np.ndarray:
     return self._open()[1][:, 1]
 
+  def clip(self, row: int) -> np.ndarray:
+    """float32 samples of one clip, a copy (it outlives the memory map)."""
+    blob, index = self._open()
+    offset, length = index[row]
+    clip = np.array(blob[offset:offset + length], np.float32)
+    if blob.dtype.kind == "i":
+      clip *= np.float32(1 / 32768)
+    return clip
+
   def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
     """float32 [len(rows), n]: samples [start, start + n) of each clip, zero outside it."""
     blob, index = self._open()
@@ -208,6 +225,8 @@ class Fill:
     self._started = False
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
+    self._donors: Optional[dict[bytes, tuple[str, int]]] = None  # Entry key -> (split, row).
+    self._readers: dict[str, SplitReader] = {}
 
   def decode(self, row) -> np.ndarray:
     """The clip of the split's `row`-th file: its entry if a pass wrote one, else decoded now.
@@ -224,18 +243,21 @@ class Fill:
       busy.wait()
       return self.decode(row)  # Reads what the other call wrote, or fails as it did.
     try:
-      return self._decode(self.examples[row], self.cache.entry_path(self.examples[row]))
+      return self._decode(row, self.examples[row], self.cache.entry_path(self.examples[row]))
     finally:
       with self._lock:
         self._inflight.pop(row).set()
 
-  def _decode(self, example: Example, path: str) -> np.ndarray:
+  def _decode(self, row: int, example: Example, path: str) -> np.ndarray:
     try:
       samples = np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
       _touch(path)
       return samples
     except FileNotFoundError:
       pass
+    samples = self._from_complete_split(row, example)
+    if samples is not None:
+      return samples
     try:
       samples = decode.decode_file(example.path, self.params.sample_rate,
                                    self.params.resample_quality)
@@ -251,6 +273,29 @@ class Fill:
       _STATS["decoded"] += 1
     ClipCache.write_entry(path, samples)
     return samples
+
+  def _from_complete_split(self, row: int, example: Example) -> Optional[np.ndarray]:
+    """The file's clip from a complete split that holds it, or None.
+
+    A written split drops its entries (see `_write_split`): a later fill
+    finds the clips there, in this very split (another process completed it)
+    or in another one of the same files (an edited dataset's older split).
+    """
+    if os.path.exists(self.base + ".json"):
+      base = self.base
+    else:
+      with self._lock:
+        if self._donors is None:
+          self._donors = _clips_by_entry_key(self.cache.splits_dir)
+      base, row = self._donors.get(self.cache.entry_key(example).encode(), (None, None))
+      if base is None:
+        return None
+    with self._lock:
+      reader = self._readers.setdefault(base, SplitReader(base))
+    try:
+      return reader.clip(row)
+    except (OSError, RuntimeError, ValueError):
+      return None  # Pruned meanwhile, or unreadable: decode instead.
 
   def finish(self, background: bool = False) -> np.int64:
     """Writes the split file, its index and its marker, once per Fill.
@@ -331,18 +376,48 @@ class Fill:
     offset = int(index[-1].sum()) if len(index) else 0
     with self._lock:
       _STATS["decoded"] += native  # Read from source again just now.
-    idx_tmp = f"{self.base}.idx.npy.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(idx_tmp, "wb") as f:
-      np.save(f, index)
-    os.replace(idx_tmp, self.base + ".idx.npy")
+    keys = np.array([self.cache.entry_key(e) for e in self.examples], "S32")
+    for suffix, array in ((".idx.npy", index), (".keys.npy", keys)):
+      tmp = f"{self.base}{suffix}.{os.getpid()}.{threading.get_ident()}.tmp"
+      with open(tmp, "wb") as f:
+        np.save(f, array)
+      os.replace(tmp, self.base + suffix)
     record = {"count": len(self.examples), "samples": int(offset), "dtype": dtype,
               "skipped": sorted(skipped), "written": time.time()}
     # The marker goes last: until it exists, no reader trusts the files above.
     _atomic_write(self.base + ".json", json.dumps(record).encode("utf-8"))
+    if dtype == "<f4":
+      # The split now holds every clip its entries held: drop them rather than
+      # keep the data twice. A later fill that needs one reads it from this
+      # split by its key (.keys.npy); a killed fill never got here and keeps
+      # its entries to resume from.
+      for example in self.examples:
+        try:
+          os.remove(self.cache.entry_path(example))
+        except FileNotFoundError:
+          pass
     if skipped:
       logging.warning("audioclf: skipped %d bad files of %d", len(skipped), len(self.examples))
     logging.info("audioclf: cached %d clips (%.1f MB) in %.2fs", len(self.examples),
                  offset * np.dtype(dtype).itemsize / 1e6, time.time() - start)
+
+
+def _clips_by_entry_key(splits_dir: str) -> dict[bytes, tuple[str, int]]:
+  """Entry key -> (split base, row) over every complete split in `splits_dir`."""
+  found = {}
+  for name in (os.listdir(splits_dir) if os.path.isdir(splits_dir) else ()):
+    if not name.endswith(".keys.npy"):
+      continue
+    base = os.path.join(splits_dir, name[:-len(".keys.npy")])
+    if not os.path.exists(base + ".json"):
+      continue  # Not complete: its data may be half-written.
+    try:
+      keys = np.load(base + ".keys.npy")
+    except (OSError, ValueError):
+      continue
+    for row, key in enumerate(keys.tolist()):
+      found[key] = (base, row)
+  return found
 
 
 _FILLS: dict[str, threading.Thread] = {}  # Split base -> the thread writing it, this process.

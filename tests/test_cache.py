@@ -118,6 +118,24 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
   assert len(markers(params)) == 2
 
 
+def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tmp_path):
+  params = params_for(tmp_path, "flac", validation_percent=99.9, testing_percent=0)
+  entries = os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32")
+  before = cache.decode_count()
+  validation = eval_waveforms(params)
+  assert cache.decode_count() - before == 36
+  assert not glob.glob(entries)  # The split holds the clips once; no second copy.
+  # A new split of some of the same files (another split percentage) decodes nothing.
+  half = params.replace(validation_percent=50)
+  before = cache.decode_count()
+  got = eval_waveforms(half)
+  assert cache.decode_count() == before
+  assert len(markers(params)) == 2
+  want = eval_waveforms(half.replace(cache_dir=str(tmp_path / "fresh")))
+  assert 0 < len(want) < len(validation)
+  np.testing.assert_array_equal(got, want)
+
+
 def test_a_new_decode_parameter_gets_a_new_cache(tmp_path):
   params = params_for(tmp_path)
   eval_waveforms(params)
@@ -235,9 +253,8 @@ def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path)
   validation = eval_waveforms(params)  # Warm: marks the validation split as used now.
   report = cache.prune(params.cache_dir, days=3)
   assert report["kept_splits"] == 1
-  assert report["removed_files"] >= 3 + 2  # The test split's marker, data and index; entries.
+  assert report["removed_files"] == 4  # The test split's marker, data, index and keys.
   assert len(markers(params)) == 1
-  assert not glob.glob(os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32"))
   decoded = cache.decode_count()
   np.testing.assert_array_equal(eval_waveforms(params), validation)  # Still warm.
   assert cache.decode_count() == decoded
