@@ -16,10 +16,6 @@ from audioclf.params import MODES, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
-# Every function this module hands to tf.data is plain graph code (tf.cond,
-# no Python control flow on tensors): skipping AutoGraph's source conversion
-# makes building a dataset, which Estimator does on every input_fn call, faster.
-_graph = tf.autograph.experimental.do_not_convert
 
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
@@ -74,9 +70,9 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
 
   # Noise after the cache and per batch: drawn anew every epoch, one op for the batch.
   if training and params.noise_prob > 0:
-    ds = ds.enumerate().map(_graph(lambda k, batch: (_add_noise(batch[0], params, k), batch[1])),
+    ds = ds.enumerate().map(lambda k, batch: (_add_noise(batch[0], params, k), batch[1]),
                             num_parallel_calls=AUTOTUNE)
-  ds = ds.map(_graph(lambda w, y: ({"waveform": w}, y)))
+  ds = ds.map(lambda w, y: ({"waveform": w}, y))
   # Prefetch last: the next batches are prepared while the model trains on this one.
   ds = ds.prefetch(AUTOTUNE)
   return ds.with_options(_options(params, training))
@@ -103,7 +99,6 @@ class _Order:
       return tf.data.Dataset.from_tensor_slices(table)
     seed, offset = self.seed, self.offset
 
-    @_graph
     def permutation(epoch):
       key = tf.stack([tf.constant(seed, tf.int64), epoch + tf.cast(offset, tf.int64)])
       # Permute the whole table in one op: no function call per example.
@@ -142,7 +137,6 @@ def _window_rows(reader: SplitReader, labels: np.ndarray, params: Params, traini
       starts = np.minimum((u * span).astype(np.int64), span - 1) - shift
     return reader.windows(rows, starts, n), lengths > 0
 
-  @_graph
   def cut(batch_no, rows):
     # Stateless draws keyed by the batch's number from the seed offset (the
     # global step in the engines): the same windows whatever order the
@@ -204,7 +198,6 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, order: _Order,
   def soundfile_decode(row):
     return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
 
-  @_graph
   def decode_one(i, row):
     # Canonical PCM16 mono WAVs at the target rate decode natively, in
     # parallel and without the GIL; everything else (FLAC, other rates,
@@ -233,7 +226,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, order: _Order,
   first = rows.take(n + fill_up).enumerate().map(decode_one, num_parallel_calls=AUTOTUNE,
                                                  deterministic=True)
   if skip:
-    first = first.filter(_graph(lambda w, y: y >= 0))
+    first = first.filter(lambda w, y: y >= 0)
   if not training:
     return first.batch(batch)
 
@@ -242,7 +235,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, order: _Order,
   rest = rows.skip(n + fill_up).batch(batch, drop_remainder=True).enumerate()
   rest = rest.map(cut, num_parallel_calls=AUTOTUNE)
   if skip:
-    rest = rest.unbatch().filter(_graph(lambda w, y: y >= 0))
+    rest = rest.unbatch().filter(lambda w, y: y >= 0)
     return first.concatenate(rest).batch(batch, drop_remainder=True)
   return first.batch(batch, drop_remainder=True).concatenate(rest)
 
