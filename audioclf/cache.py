@@ -77,8 +77,8 @@ class ClipCache:
   def entry_key(self, example: Example) -> str:
     return _digest(example.path, example.size, example.mtime_ns)
 
-  def entry_path(self, example: Example) -> str:
-    key = self.entry_key(example)
+  def entry_path(self, key: str) -> str:
+    """Where the entry of the file with this `entry_key` is."""
     return os.path.join(self.entries_dir, key[:2], key + ".f32")
 
   def split_base(self, examples: Sequence[Example]) -> str:
@@ -243,19 +243,21 @@ class Fill:
       busy.wait()
       return self.decode(row)  # Reads what the other call wrote, or fails as it did.
     try:
-      return self._decode(row, self.examples[row], self.cache.entry_path(self.examples[row]))
+      return self._decode(row, self.examples[row])
     finally:
       with self._lock:
         self._inflight.pop(row).set()
 
-  def _decode(self, row: int, example: Example, path: str) -> np.ndarray:
+  def _decode(self, row: int, example: Example) -> np.ndarray:
+    key = self.cache.entry_key(example)
+    path = self.cache.entry_path(key)
     try:
       samples = np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
       _touch(path)
       return samples
     except FileNotFoundError:
       pass
-    samples = self._from_complete_split(row, example)
+    samples = self._from_complete_split(row, key)
     if samples is not None:
       return samples
     try:
@@ -274,7 +276,7 @@ class Fill:
     ClipCache.write_entry(path, samples)
     return samples
 
-  def _from_complete_split(self, row: int, example: Example) -> Optional[np.ndarray]:
+  def _from_complete_split(self, row: int, key: str) -> Optional[np.ndarray]:
     """The file's clip from a complete split that holds it, or None.
 
     A written split drops its entries (see `_write_split`): a later fill
@@ -287,7 +289,7 @@ class Fill:
       with self._lock:
         if self._donors is None:
           self._donors = _clips_by_entry_key(self.cache.splits_dir)
-      base, row = self._donors.get(self.cache.entry_key(example).encode(), (None, None))
+      base, row = self._donors.get(key.encode(), (None, None))
       if base is None:
         return None
     with self._lock:
@@ -376,8 +378,8 @@ class Fill:
     offset = int(index[-1].sum()) if len(index) else 0
     with self._lock:
       _STATS["decoded"] += native  # Read from source again just now.
-    keys = np.array([self.cache.entry_key(e) for e in self.examples], "S32")
-    for suffix, array in ((".idx.npy", index), (".keys.npy", keys)):
+    keys = [self.cache.entry_key(e) for e in self.examples]
+    for suffix, array in ((".idx.npy", index), (".keys.npy", np.array(keys, "S32"))):
       tmp = f"{self.base}{suffix}.{os.getpid()}.{threading.get_ident()}.tmp"
       with open(tmp, "wb") as f:
         np.save(f, array)
@@ -391,9 +393,9 @@ class Fill:
       # keep the data twice. A later fill that needs one reads it from this
       # split by its key (.keys.npy); a killed fill never got here and keeps
       # its entries to resume from.
-      for example in self.examples:
+      for key in keys:
         try:
-          os.remove(self.cache.entry_path(example))
+          os.remove(self.cache.entry_path(key))
         except FileNotFoundError:
           pass
     if skipped:
