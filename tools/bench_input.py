@@ -26,12 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
@@ -58,17 +56,10 @@ TARGET_FIRST_BATCH_S = 0.25
 
 def define_flags() -> None:
   cli.define_flags()  # batch_size, sample_rate, clip_seconds, resample_quality, ...
-  flags.DEFINE_integer("n_wav", 4000, "1 s 16 kHz mono PCM16 WAV files to generate.")
-  flags.DEFINE_integer("n_flac", 400, "5 s 44.1 kHz stereo FLAC files to generate.")
+  benchdata.define_flags(PIPELINES, 4000, "1 s 16 kHz mono PCM16 WAV files to generate.")
   flags.DEFINE_integer("epochs", 2, "Least number of epochs of a steady-state measurement.")
   flags.DEFINE_float("min_seconds", 2.0, "Least seconds of a steady-state measurement "
                      "(more epochs are run until both limits are met).")
-  flags.DEFINE_integer("repeats", 3, "Rounds of alternating runs; the table shows medians.")
-  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_bench"),
-                      "Generated files and caches; files are reused by later runs.")
-  flags.DEFINE_list("workloads", list(benchdata.WORKLOADS), "Workloads to run.")
-  flags.DEFINE_list("pipelines", list(PIPELINES), "Pipelines to run.")
-  flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
 
 
 @dataclasses.dataclass
@@ -289,12 +280,7 @@ def main(argv):
   shutil.rmtree(_cold_root(), ignore_errors=True)
   print_report(rows, targets, params)
   if FLAGS.json:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json)), exist_ok=True)
-    with open(FLAGS.json, "w") as f:
-      json.dump({"params": params.to_dict(), "cpu_count": os.cpu_count(),
-                 "tf_version": tf.__version__, "n_wav": FLAGS.n_wav, "n_flac": FLAGS.n_flac,
-                 "repeats": FLAGS.repeats, "rows": rows, "targets": targets}, f, indent=2)
-    print(f"wrote {FLAGS.json}")
+    benchdata.write_json(FLAGS.json, params, rows, targets)
 
 
 if __name__ == "__main__":

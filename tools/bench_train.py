@@ -56,12 +56,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Callable, Optional
 
@@ -105,17 +103,10 @@ def define_flags() -> None:
   flags.DEFINE_float("max_seconds", 4.0, f"Stop a run of {' or '.join(CAPPED)} after this many "
                      f"seconds of measured steps (at least {MIN_MEASURED_STEPS} of them); 0: "
                      "always run all --steps.")
-  flags.DEFINE_integer("repeats", 3, "Rounds of alternating runs; the table shows medians.")
   flags.DEFINE_integer("limit_batches", 8, "Distinct in-memory batches the limit pipeline repeats.")
-  flags.DEFINE_integer("n_wav", 1600, "1 s 16 kHz mono WAV files (an epoch: n_wav/batch_size "
-                       "steps, so the default run crosses epoch boundaries).")
-  flags.DEFINE_integer("n_flac", 400, "5 s 44.1 kHz stereo FLAC files to generate.")
-  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_bench"),
-                      "Generated files and caches; files are reused by later runs.")
-  flags.DEFINE_list("workloads", list(benchdata.WORKLOADS), "Workloads to run.")
+  benchdata.define_flags(PIPELINES, 1600, "1 s 16 kHz mono WAV files (an epoch: "
+                         "n_wav/batch_size steps, so the default run crosses epoch boundaries).")
   flags.DEFINE_list("engines", list(ENGINES), "Engines to run.")
-  flags.DEFINE_list("pipelines", list(PIPELINES), "Pipelines to run.")
-  flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
   flags.DEFINE_string("png", None, "Also draw steps/s relative to the limit to this PNG file.")
 
 
@@ -476,14 +467,9 @@ def main(argv):
     draw(rows, FLAGS.png, params)
     print(f"wrote {FLAGS.png}")
   if FLAGS.json:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json)), exist_ok=True)
-    with open(FLAGS.json, "w") as f:
-      json.dump({"params": params.to_dict(), "cpu_count": os.cpu_count(),
-                 "tf_version": tf.__version__, "simulated_step_ms": FLAGS.simulated_step_ms,
-                 "steps": FLAGS.steps, "warmup_steps": FLAGS.warmup_steps,
-                 "max_seconds": FLAGS.max_seconds, "n_wav": FLAGS.n_wav, "n_flac": FLAGS.n_flac,
-                 "repeats": FLAGS.repeats, "rows": rows, "targets": targets}, f, indent=2)
-    print(f"wrote {FLAGS.json}")
+    benchdata.write_json(FLAGS.json, params, rows, targets,
+                         simulated_step_ms=FLAGS.simulated_step_ms, steps=FLAGS.steps,
+                         warmup_steps=FLAGS.warmup_steps, max_seconds=FLAGS.max_seconds)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,19 @@ def make_files(workload: Workload, root: str, n_files: int, seed: int = 0,
   return [p for p, _ in rows], np.asarray([y for _, y in rows], np.int32)
 
 
+def define_flags(pipelines: Sequence[str], n_wav: int, n_wav_help: str) -> None:
+  """The flags both benchmarks share: workload sizes, rounds, folders, what to run, JSON out."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_integer("n_wav", n_wav, n_wav_help)
+  flags.DEFINE_integer("n_flac", 400, "5 s 44.1 kHz stereo FLAC files to generate.")
+  flags.DEFINE_integer("repeats", 3, "Rounds of alternating runs; the table shows medians.")
+  flags.DEFINE_string("out_dir", os.path.join(tempfile.gettempdir(), "audioclf_bench"),
+                      "Generated files and caches; files are reused by later runs.")
+  flags.DEFINE_list("workloads", list(WORKLOADS), "Workloads to run.")
+  flags.DEFINE_list("pipelines", list(pipelines), "Pipelines to run.")
+  flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
+
+
 def audioclf_params(data_dir: str, cache_dir: str, base: Optional[Params] = None) -> Params:
   """Params that make audioclf read every generated file as training data."""
   return (base or Params()).replace(data_dir=data_dir, manifest=None, cache_dir=cache_dir,
@@ -269,3 +282,16 @@ def scratch_estimator(model: tf.keras.Model, parent_dir: str) -> Iterator[tf.est
     yield tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def write_json(path: str, params: Params, rows: list, targets: list, **extra) -> None:
+  """A benchmark's results, with what it ran on and the shared flags, as JSON at `path`."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  f = flags.FLAGS
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as out:
+    json.dump({"params": params.to_dict(), "cpu_count": os.cpu_count(),
+               "tf_version": tf.__version__, **extra, "n_wav": f.n_wav, "n_flac": f.n_flac,
+               "repeats": f.repeats, "rows": rows, "targets": targets}, out, indent=2)
+  print(f"wrote {path}")
