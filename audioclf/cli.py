@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging as std_logging
+import os
 import typing
 from typing import Any, Callable, Optional
 
@@ -101,6 +102,14 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   if "export_dir" not in flag_values:
     flags.DEFINE_string("export_dir", None, "Where audioclf.export writes the SavedModel "
                         "(default <model_dir>/export).", flag_values=flag_values)
+  if "saved_model" not in flag_values:
+    flags.DEFINE_string("saved_model", None, "audioclf.evaluate: evaluate this exported "
+                        "SavedModel instead of --model_dir (its params.json, or the flags, "
+                        "say where the data is).", flag_values=flag_values)
+  if "report_dir" not in flag_values:
+    flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
+                        "(default <model_dir or saved_model>/eval_<split>).",
+                        flag_values=flag_values)
 
 
 def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:
@@ -108,10 +117,17 @@ def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:
 
   So evaluate, predict and export run with the trained model's parameters by
   default, while --data_dir, --cache_dir or --batch_size can point elsewhere.
+  With --saved_model instead, the params.json audioclf.export writes beside it
+  (or, for a SavedModel without one, the defaults) take its place.
   """
   from audioclf import model_dir as model_dir_lib  # Keeps this module free of TensorFlow.
 
-  saved = model_dir_lib.read_params(flag_values["model_dir"].value)
+  saved_model = flag_values["saved_model"].value if "saved_model" in flag_values else None
+  if saved_model and not flag_values["model_dir"].value:
+    has_params = os.path.isfile(os.path.join(saved_model, model_dir_lib.PARAMS_FILE))
+    saved = model_dir_lib.read_params(saved_model) if has_params else Params()
+  else:
+    saved = model_dir_lib.read_params(flag_values["model_dir"].value)
   given = {f.name: flag_values[f.name].value for f in dataclasses.fields(Params)
            if f.name in flag_values and flag_values[f.name].present}
   return saved.replace(**given).validate()

@@ -1,72 +1,145 @@
 """python -m audioclf.evaluate --model_dir=runs/demo/keras [--split=test] [--data_dir=...]
+python -m audioclf.evaluate --saved_model=runs/demo/keras/export --data_dir=... [--split=test]
 
-Evaluates the latest checkpoint of a model_dir from either engine on one split
-and prints loss and accuracy as one line of JSON.
+Evaluates the latest checkpoint of a model_dir from either engine, or an
+exported SavedModel, on one split: writes the evaluation report (audioclf.report)
+to <model_dir>/eval_<split>/, prints its per-class table, and prints loss and
+accuracy as one line of JSON last.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import os
+from typing import Any, Callable, Optional
 
+import numpy as np
+import tensorflow as tf
 from absl import app
 from absl import flags
 
 from audioclf import cli
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
+from audioclf import report as report_lib
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
 
 FLAGS = flags.FLAGS
 
 
-def evaluate(model_dir: str, split: str = "validation",
-             params: Optional[Params] = None) -> dict[str, Any]:
-  """Loss and accuracy of model_dir's latest checkpoint on `split`.
+def evaluate(model_dir: Optional[str], split: str = "validation",
+             params: Optional[Params] = None, *, saved_model: Optional[str] = None,
+             report_dir: Optional[str] = None, report: bool = True) -> dict[str, Any]:
+  """Loss and accuracy of a model on `split`, and its evaluation report.
 
   Args:
-    model_dir: a folder either engine trained.
+    model_dir: a folder either engine trained (its latest checkpoint is used).
     split: "train", "validation" or "test".
     params: parameters to use instead of model_dir's params.json, e.g. to
-      point at other data; the model's own fields must match.
+      point at other data; the model's own fields must match. Required with
+      `saved_model` unless the SavedModel's folder holds a params.json.
+    saved_model: evaluate this exported SavedModel instead of model_dir.
+    report_dir: where the report goes; default <model_dir or saved_model>/eval_<split>.
+    report: False skips the report (loss and accuracy only).
 
   Returns:
-    {"model_dir", "engine", "split", "steps", "files", "loss", "accuracy"}.
+    {"model_dir" or "saved_model", "engine", "split", "steps", "files", "loss",
+    "accuracy"}, plus "report_dir" and "report" (report.json's content and
+    its printable table under "text") when a report was written.
 
   Raises:
     model_dir.ModelDirError: no trained model there, or the data's labels
       differ from the model's.
   """
-  engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
-  checkpoint = model_dir_lib.latest_checkpoint(model_dir)  # Once: training may add one meanwhile.
-  model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
+  if saved_model:
+    predict, params, labels = load_saved_model(saved_model, params)
+    results = {"saved_model": saved_model, "engine": "saved_model", "split": split, "steps": None}
+    where = saved_model
+  else:
+    engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
+    checkpoint = model_dir_lib.latest_checkpoint(model_dir)  # Once: training may add one meanwhile.
+    model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
+    predict = model.predict_on_batch
+    results = {"model_dir": model_dir, "engine": engine, "split": split,
+               "steps": model_dir_lib.checkpoint_step(checkpoint)}
+    where = model_dir
   manifest = manifest_lib.load(params)
   if list(manifest.labels) != labels:
     raise model_dir_lib.ModelDirError(
-        f"the model in {model_dir!r} knows labels {labels}, the data has {list(manifest.labels)}")
-  results = model.evaluate(input_fn(params, "eval", split=split, manifest=manifest),
-                           return_dict=True, verbose=0)
-  return {
-      "model_dir": model_dir,
-      "engine": engine,
-      "split": split,
-      "steps": model_dir_lib.checkpoint_step(checkpoint),
-      "files": len(manifest.split(split)),
-      "loss": float(results["loss"]),
-      "accuracy": float(results["accuracy"]),
-  }
+        f"the model in {where!r} knows labels {labels}, the data has {list(manifest.labels)}")
+  examples = manifest.split(split)
+  probabilities, y_true = report_lib.classify(
+      predict, input_fn(params, "eval", split=split, manifest=manifest))
+  # The loss the model was compiled with, over every example at once.
+  loss = tf.keras.losses.sparse_categorical_crossentropy(y_true, probabilities)
+  results.update(files=len(examples), loss=float(np.mean(loss.numpy(), dtype=np.float64)),
+                 accuracy=float(np.mean(probabilities.argmax(axis=1) == y_true)))
+  if report:
+    report_dir = report_dir or os.path.join(where, f"eval_{split}")
+    files = report_lib.files_of(examples, len(y_true), _decoded(params, examples, len(y_true)))
+    title = f"{split} split" + (f", step {results['steps']}" if results["steps"] is not None else "")
+    results["report"] = report_lib.write(report_dir, labels, y_true, probabilities, files,
+                                         title=f"{title}: accuracy {results['accuracy']:.3f}",
+                                         step=results["steps"] or 0)
+    results["report_dir"] = report_dir
+  return results
+
+
+def load_saved_model(path: str, params: Optional[Params] = None
+                     ) -> tuple[Callable[[np.ndarray], np.ndarray], Params, list[str]]:
+  """An exported SavedModel (audioclf.export) as (predict, params, labels).
+
+  Its params come from `params`, else the params.json export writes beside it;
+  its labels from its own `label_names` output.
+
+  Raises:
+    model_dir.ModelDirError: no params to read the data with, or a clip length
+      other than the SavedModel's.
+  """
+  if params is None:
+    params = model_dir_lib.read_params(path)
+  serve = tf.saved_model.load(path).signatures["serving_default"]
+  samples = serve.structured_input_signature[1]["waveform"].shape[-1]
+  if samples != params.clip_samples:
+    raise model_dir_lib.ModelDirError(
+        f"the SavedModel {path!r} takes {samples} samples, the params give "
+        f"{params.clip_samples} (sample_rate={params.sample_rate}, clip_seconds={params.clip_seconds})")
+  names = serve(waveform=tf.zeros([1, samples]))["label_names"][0].numpy()
+  labels = [name.decode() for name in names]
+
+  def predict(waveforms: np.ndarray) -> np.ndarray:
+    return serve(waveform=tf.constant(waveforms, tf.float32))["probabilities"].numpy()
+
+  return predict, params, labels
+
+
+def _decoded(params: Params, examples, delivered: int) -> Optional[np.ndarray]:
+  """Which files of the split decoded (bool per file), when some were skipped as bad.
+
+  The cache's split records a zero length for a skipped file; the evaluation
+  pass has just written it.
+  """
+  if delivered == len(examples):
+    return None
+  from audioclf.cache import ClipCache, SplitReader  # pylint: disable=g-import-not-at-top
+  cache = ClipCache(params)
+  return SplitReader(cache.split_base(examples)).lengths > 0
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  results = evaluate(FLAGS.model_dir, FLAGS.split, cli.params_for_model_dir())
+  results = evaluate(FLAGS.model_dir, FLAGS.split, cli.params_for_model_dir(),
+                     saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir)
+  report = results.pop("report")
+  print(report.pop("text"), flush=True)
+  print(f"report: {results['report_dir']}", flush=True)
   print(model_dir_lib.summary_line(results), flush=True)
 
 
 def run():
   cli.define_model_dir_flags()
-  flags.mark_flag_as_required("model_dir")
+  flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
   cli.run(main)
 
 

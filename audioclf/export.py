@@ -51,7 +51,8 @@ def export(model_dir: str, export_dir: Optional[str] = None,
   Its "serving_default" signature takes `waveform`, float32 [batch,
   clip_samples] at params.sample_rate (the log-mel front end is inside), and
   returns `probabilities` float32 [batch, classes], `label_names` string
-  [batch, classes] and `label` string [batch].
+  [batch, classes] and `label` string [batch]. The run's params.json goes
+  beside it (python -m audioclf.evaluate --saved_model reads it).
 
   Args:
     model_dir: a folder either engine trained.
@@ -65,6 +66,9 @@ def export(model_dir: str, export_dir: Optional[str] = None,
   export_dir = export_dir or os.path.join(model_dir, "export")
   module = Classifier(model, labels, params.clip_samples)
   tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+  # Beside it, what evaluate --saved_model needs to read data as the model was trained.
+  with open(os.path.join(export_dir, model_dir_lib.PARAMS_FILE), "w") as f:
+    f.write(params.to_json() + "\n")
   return export_dir
 
 
