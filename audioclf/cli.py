@@ -106,6 +106,20 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string("saved_model", None, "audioclf.evaluate: evaluate this exported "
                         "SavedModel instead of --model_dir (its params.json, or the flags, "
                         "say where the data is).", flag_values=flag_values)
+  if "format" not in flag_values:
+    flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf.export "
+                      "writes: a SavedModel, or TensorFlow Lite models (default "
+                      "<model_dir>/tflite) checked against the Keras model.",
+                      flag_values=flag_values)
+  if "quantize" not in flag_values:
+    flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
+                            "--format=tflite: the variants to write, side by side: none (float), "
+                            "dynamic (int8 weights), int8 (int8 weights and activations, "
+                            "calibrated; the log-mel front end stays float).",
+                            flag_values=flag_values)
+  if "calibration_clips" not in flag_values:
+    flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
+                         "quantization calibrates on.", flag_values=flag_values)
   if "report_dir" not in flag_values:
     flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
                         "(default <model_dir or saved_model>/eval_<split>).",

@@ -1,7 +1,10 @@
 """python -m audioclf.export --model_dir=runs/demo/keras [--export_dir=runs/demo/keras/export]
+python -m audioclf.export --model_dir=runs/demo/keras --format=tflite [--quantize=none,int8]
 
 Writes a SavedModel of a model_dir from either engine whose serving signature
-takes raw audio: float32 waveforms [batch, clip_samples] at sample_rate.
+takes raw audio: float32 waveforms [batch, clip_samples] at sample_rate; or,
+with --format=tflite, TensorFlow Lite models that take the same (audioclf.tflite),
+checked against the Keras model on the test split.
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ def export(model_dir: str, export_dir: Optional[str] = None,
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if FLAGS.format == "tflite":
+    from audioclf import tflite  # pylint: disable=g-import-not-at-top
+    result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, cli.params_for_model_dir(),
+                           FLAGS.quantize, FLAGS.calibration_clips)
+    print(tflite.table(result), flush=True)
+    print(model_dir_lib.summary_line(result), flush=True)
+    return
   path = export(FLAGS.model_dir, FLAGS.export_dir, cli.params_for_model_dir())
   print(model_dir_lib.summary_line({"model_dir": FLAGS.model_dir, "export_dir": path}), flush=True)
 

@@ -1,0 +1,306 @@
+"""On-device export: a trained model as TensorFlow Lite (float, dynamic-range or int8), checked against itself.
+
+Every variant takes what the SavedModel takes, float32 waveforms [batch,
+clip_samples] (batch 1 as allocated; resizable), and returns probabilities
+[batch, classes]; the log-mel front end is inside. It converts with TFLite's
+builtin ops alone (no Select TF ops): tf.signal.stft becomes RFFT2D and
+COMPLEX_ABS, both builtins on TF 2.15 and 2.21. An op without a builtin kernel
+stops the export with UnsupportedOpsError naming it.
+
+  none     float32 weights and activations
+  dynamic  int8 weights, float activations (no calibration)
+  int8     int8 weights and activations, calibrated on training clips, except
+           the front end (LogMelSpectrogram and the per-clip LayerNormalization
+           after it), which stays float: a spectrum's magnitudes span over
+           100 dB, and an 8-bit linear scale keeps only the loudest bins
+           (quantized too, the demo model agreed with itself on 62% of clips).
+           Its input and output stay float32, so it drops in for the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import re
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from audioclf.params import Params
+
+QUANTIZATIONS = ("none", "dynamic", "int8")
+FILE_NAMES = {"none": "model.tflite", "dynamic": "model_dynamic.tflite", "int8": "model_int8.tflite"}
+# Layers whose ops the int8 variant keeps in float, by class name (see the module docstring).
+FLOAT_LAYERS = ("LogMelSpectrogram", "LayerNormalization")
+
+_NO_KERNEL = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
+
+
+class UnsupportedOpsError(ValueError):
+  """The model holds ops that TensorFlow Lite has no builtin kernel for."""
+
+  def __init__(self, ops: Sequence[str], detail: str):
+    self.ops = list(ops)
+    super().__init__(
+        f"TensorFlow Lite has no builtin kernel for {', '.join(self.ops)}: the model cannot run "
+        f"on-device as it is. Replace the layer that uses it by builtin ops. Converter said: "
+        f"{detail}")
+
+
+def interpreter(model_content: bytes):
+  """A TFLite interpreter: LiteRT's (ai-edge-litert) where installed, else tf.lite's.
+
+  TF 2.21 deprecates tf.lite.Interpreter in favour of LiteRT, which the
+  current stack installs; TF 2.15's own is the legacy stack's.
+  """
+  try:
+    from ai_edge_litert.interpreter import Interpreter  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    Interpreter = tf.lite.Interpreter  # pylint: disable=invalid-name
+  return Interpreter(model_content=model_content)
+
+
+def convert(model, quantize: str = "none",
+            calibration: Optional[np.ndarray] = None) -> bytes:
+  """The Keras model as a TFLite flatbuffer.
+
+  Args:
+    model: a model build_model made, weights loaded.
+    quantize: "none", "dynamic" or "int8".
+    calibration: float32 [clips, clip_samples], the representative data int8
+      calibrates its activation ranges on (a few hundred training clips).
+
+  Returns:
+    The .tflite file's bytes.
+
+  Raises:
+    UnsupportedOpsError: an op without a builtin TFLite kernel.
+    ValueError: an unknown quantize, or int8 without calibration clips.
+  """
+  if quantize not in QUANTIZATIONS:
+    raise ValueError(f"quantize must be one of {QUANTIZATIONS}, got {quantize!r}")
+  converter = _converter(model)
+  if quantize == "none":
+    return _convert(converter.convert)
+  converter.optimizations = [tf.lite.Optimize.DEFAULT]
+  if quantize == "dynamic":
+    return _convert(converter.convert)
+  if calibration is None or not len(calibration):
+    raise ValueError("int8 quantization needs calibration clips")
+
+  def representative():
+    for clip in calibration:
+      yield [clip[np.newaxis].astype(np.float32)]
+
+  converter.representative_dataset = representative
+  # The quantization debugger is TFLite's tool for quantizing all but some
+  # nodes ("selective quantization"); its float nodes are named by tensor.
+  float_nodes = _float_nodes(model, _convert(_converter(model).convert))
+  options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=float_nodes)
+  debugger = _convert(lambda: tf.lite.experimental.QuantizationDebugger(
+      converter=converter, debug_dataset=representative, debug_options=options))
+  return _convert(debugger.get_nondebug_quantized_model)
+
+
+def _converter(model):
+  converter = tf.lite.TFLiteConverter.from_keras_model(model)
+  converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+  return converter
+
+
+def _convert(step: Callable):
+  """Runs a converter step; a missing kernel becomes UnsupportedOpsError naming the ops."""
+  try:
+    # Keras 3 exports through a SavedModel and prints where to stdout, which
+    # is this command's table and JSON line.
+    with contextlib.redirect_stdout(io.StringIO()):
+      return step()
+  except Exception as e:  # The converter's own error class differs between TF versions.
+    ops = sorted(set(_NO_KERNEL.findall(str(e))))
+    if ops:
+      first = next(line for line in str(e).splitlines() if "neither a custom op" in line)
+      raise UnsupportedOpsError(ops, first.strip()) from e
+    raise
+
+
+def _float_nodes(model, float_model: bytes) -> list[str]:
+  """Tensor names of the float model that belong to FLOAT_LAYERS, for the int8 denylist."""
+  names = [layer.name for layer in model.layers if type(layer).__name__ in FLOAT_LAYERS]
+  # A name scope may carry a suffix (log_mel_1) where the graph was traced twice.
+  inside = re.compile("|".join(rf"(^|/){re.escape(name)}(_\d+)?/" for name in names))
+  tensors = [t["name"] for t in interpreter(float_model).get_tensor_details()]
+  nodes = [name for name in tensors if names and inside.search(name)]
+  if not nodes:
+    raise ValueError(f"found no tensors of the layers {names or FLOAT_LAYERS} in the converted "
+                     "model: the int8 export cannot keep its front end in float")
+  return nodes
+
+
+class Runner:
+  """Runs a .tflite model on batches of waveforms, as model.predict_on_batch does."""
+
+  def __init__(self, model_content: bytes):
+    self._interpreter = interpreter(model_content)
+    self._input = self._interpreter.get_input_details()[0]["index"]
+    self._output = self._interpreter.get_output_details()[0]["index"]
+    self._shape = None
+
+  def __call__(self, waveforms: np.ndarray) -> np.ndarray:
+    waveforms = np.ascontiguousarray(waveforms, np.float32)
+    if self._shape != waveforms.shape:
+      self._interpreter.resize_tensor_input(self._input, waveforms.shape)
+      self._interpreter.allocate_tensors()
+      self._shape = waveforms.shape
+    self._interpreter.set_tensor(self._input, waveforms)
+    self._interpreter.invoke()
+    return self._interpreter.get_tensor(self._output).copy()
+
+
+def calibration_clips(params: Params, count: int) -> np.ndarray:
+  """`count` training clips as input_fn serves them for training (shuffled, shifted), from the cache.
+
+  Returns:
+    float32 [count, clip_samples].
+  """
+  from audioclf.pipeline import input_fn  # pylint: disable=g-import-not-at-top
+
+  batches = math.ceil(count / params.batch_size)
+  clips = [features["waveform"].numpy()
+           for features, _ in input_fn(params, "train").take(batches)]
+  return np.concatenate(clips)[:count]
+
+
+def compare(reference: Callable[[np.ndarray], np.ndarray],
+            variants: dict[str, Callable[[np.ndarray], np.ndarray]],
+            dataset: Iterable) -> dict[str, dict[str, float]]:
+  """Top-1 agreement, largest probability difference and accuracy of each variant vs `reference`.
+
+  Args:
+    reference: waveforms -> probabilities (the Keras model).
+    variants: name -> waveforms -> probabilities (the TFLite models).
+    dataset: ({"waveform": ...}, label ids) batches, as input_fn gives evaluation.
+
+  Returns:
+    {"reference": {"accuracy"}, name: {"agreement", "max_prob_diff", "accuracy"}}, and
+    "examples" in each.
+  """
+  counts = {name: {"agree": 0, "correct": 0, "max_diff": 0.0} for name in variants}
+  correct, examples = 0, 0
+  for features, y in dataset:
+    waveforms, y = features["waveform"].numpy(), y.numpy()
+    expected = np.asarray(reference(waveforms))
+    top = expected.argmax(axis=1)
+    correct += int((top == y).sum())
+    examples += len(y)
+    for name, run in variants.items():
+      got = run(waveforms)
+      c = counts[name]
+      c["agree"] += int((got.argmax(axis=1) == top).sum())
+      c["correct"] += int((got.argmax(axis=1) == y).sum())
+      c["max_diff"] = max(c["max_diff"], float(np.abs(got - expected).max()))
+  if not examples:
+    raise ValueError("the check split delivered no examples")
+  result = {"reference": {"accuracy": correct / examples, "examples": examples}}
+  for name, c in counts.items():
+    result[name] = {"agreement": c["agree"] / examples, "max_prob_diff": c["max_diff"],
+                    "accuracy": c["correct"] / examples, "examples": examples}
+  return result
+
+
+def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Params] = None,
+           quantize: Sequence[str] = ("none", "int8"), calibration_count: int = 300,
+           check_split: str = "test") -> dict:
+  """Writes model_dir's latest model as .tflite files, then checks each against the Keras model.
+
+  Args:
+    model_dir: a folder either engine trained.
+    export_dir: where to write; default <model_dir>/tflite. It receives one
+      file per variant (FILE_NAMES), labels.txt and check.json.
+    params: parameters to use instead of model_dir's params.json (e.g. the
+      data or cache folder).
+    quantize: the variants to write, from QUANTIZATIONS.
+    calibration_count: training clips int8 calibrates on.
+    check_split: the split the check runs on (validation if it is empty).
+
+  Returns:
+    check.json's content: {"model_dir", "export_dir", "split", "keras_accuracy",
+    "variants": {name: {"file", "bytes", "size_vs_float", "agreement",
+    "max_prob_diff", "accuracy"}}, "targets": {target: bool}}.
+
+  Raises:
+    UnsupportedOpsError: an op without a builtin TFLite kernel.
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+
+  from audioclf import manifest as manifest_lib  # pylint: disable=g-import-not-at-top
+  from audioclf import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
+  from audioclf.pipeline import input_fn  # pylint: disable=g-import-not-at-top
+
+  unknown = [q for q in quantize if q not in QUANTIZATIONS]
+  if unknown or not quantize:
+    raise ValueError(f"quantize must name some of {QUANTIZATIONS}, got {list(quantize)}")
+  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  export_dir = export_dir or os.path.join(model_dir, "tflite")
+  os.makedirs(export_dir, exist_ok=True)
+  calibration = calibration_clips(params, calibration_count) if "int8" in quantize else None
+  contents = {q: convert(model, q, calibration) for q in quantize}
+  for q, content in contents.items():
+    with open(os.path.join(export_dir, FILE_NAMES[q]), "wb") as f:
+      f.write(content)
+  with open(os.path.join(export_dir, "labels.txt"), "w") as f:
+    f.write("".join(f"{label}\n" for label in labels))
+
+  manifest = manifest_lib.load(params)
+  split = check_split if manifest.split(check_split) else "validation"
+  checked = compare(model.predict_on_batch, {q: Runner(c) for q, c in contents.items()},
+                    input_fn(params, "eval", split=split, manifest=manifest))
+  float_bytes = len(contents["none"]) if "none" in contents else None
+  variants = {}
+  for q, content in contents.items():
+    variants[q] = {"file": FILE_NAMES[q], "bytes": len(content),
+                   "size_vs_float": round(len(content) / float_bytes, 4) if float_bytes else None,
+                   **{k: v for k, v in checked[q].items() if k != "examples"}}
+  result = {"model_dir": model_dir, "export_dir": export_dir, "split": split,
+            "examples": checked["reference"]["examples"],
+            "keras_accuracy": checked["reference"]["accuracy"], "variants": variants,
+            "targets": targets(variants)}
+  with open(os.path.join(export_dir, "check.json"), "w") as f:
+    json.dump(result, f, indent=2)
+    f.write("\n")
+  return result
+
+
+def targets(variants: dict[str, dict]) -> dict[str, bool]:
+  """The on-device targets the check judges, for the variants present.
+
+  float agrees with Keras on every clip; int8 on >= 98% of them, its accuracy
+  within 1 point of float's, its file at most 30% of float's.
+  """
+  result = {}
+  if "none" in variants:
+    result["float_agreement_100"] = variants["none"]["agreement"] == 1.0
+  if "int8" in variants:
+    int8 = variants["int8"]
+    result["int8_agreement_98"] = int8["agreement"] >= 0.98
+    if "none" in variants:
+      result["int8_accuracy_within_1_point"] = int8["accuracy"] >= variants["none"]["accuracy"] - 0.01
+      result["int8_size_30_percent"] = int8["size_vs_float"] <= 0.30
+  return result
+
+
+def table(result: dict) -> str:
+  """check.json as the table the command prints."""
+  lines = [f"{result['split']} split, {result['examples']} clips; Keras accuracy "
+           f"{result['keras_accuracy']:.4f}",
+           f"{'variant':8s} {'file':22s} {'bytes':>9s} {'vs float':>8s} {'agreement':>9s} "
+           f"{'max |dp|':>9s} {'accuracy':>8s}"]
+  for name, v in result["variants"].items():
+    ratio = "" if v["size_vs_float"] is None else f"{v['size_vs_float']:.2f}"
+    lines.append(f"{name:8s} {v['file']:22s} {v['bytes']:9d} {ratio:>8s} {v['agreement']:9.2%} "
+                 f"{v['max_prob_diff']:9.2g} {v['accuracy']:8.4f}")
+  lines.append("targets: " + ", ".join(f"{k} {'ok' if ok else 'MISSED'}"
+                                       for k, ok in result["targets"].items()))
+  return "\n".join(lines)
