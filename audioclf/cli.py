@@ -120,6 +120,21 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   if "calibration_clips" not in flag_values:
     flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
                          "quantization calibrates on.", flag_values=flag_values)
+  if "hop_seconds" not in flag_values:
+    flags.DEFINE_float("hop_seconds", None, "audioclf.predict, files longer than a clip: the "
+                       "step between sliding windows (default half a clip; 0.1 places word "
+                       "onsets within 0.25 s).", flag_values=flag_values)
+  if "threshold" not in flag_values:
+    flags.DEFINE_float("threshold", 0.5, "audioclf.predict, long files: the probability a "
+                       "label must reach to start a segment (audioclf.segments).",
+                       flag_values=flag_values)
+  if "background_labels" not in flag_values:
+    flags.DEFINE_list("background_labels", ["_silence_", "_unknown_", "silence", "unknown"],
+                      "audioclf.predict, long files: labels never reported as segments.",
+                      flag_values=flag_values)
+  if "output" not in flag_values:
+    flags.DEFINE_string("output", None, "audioclf.predict: also write every result to this "
+                        ".csv or .json file.", flag_values=flag_values)
   if "report_dir" not in flag_values:
     flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
                         "(default <model_dir or saved_model>/eval_<split>).",

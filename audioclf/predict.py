@@ -1,11 +1,19 @@
-"""python -m audioclf.predict --model_dir=runs/demo/keras clip.wav more_clips/ ...
+"""python -m audioclf.predict --model_dir=runs/demo/keras clip.wav more_clips/ ... [--output=out.csv]
 
 Classifies audio files, or every audio file under a folder, with a model_dir
-from either engine; prints `path<TAB>label<TAB>probability` per file.
+from either engine; prints `path<TAB>label<TAB>probability` per file of at
+most one clip. A longer file is classified in sliding windows (--hop_seconds)
+streamed from disk, and each segment where a label is heard (audioclf.segments)
+prints as `path<TAB>start<TAB>end<TAB>label<TAB>peak probability`, in seconds.
+--output also writes every result as CSV (file,start,end,label,probability;
+no start or end for a short file) or JSON.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import json
 import os
 from typing import Optional, Sequence
 
@@ -98,8 +106,55 @@ def predict(model_dir: str, paths: Sequence[str],
 def main(argv):
   if len(argv) < 2:
     raise app.UsageError("give audio files or folders to classify")
-  for path, label, probability in predict(FLAGS.model_dir, argv[1:], cli.params_for_model_dir()):
-    print(f"{path}\t{label}\t{probability:.4f}", flush=True)
+  from audioclf import segments  # pylint: disable=g-import-not-at-top
+
+  params = cli.params_for_model_dir()
+  files = audio_files(argv[1:])
+  long_files = [f for f in files if _is_long(f, params)]
+  short = [f for f in files if f not in set(long_files)]
+  results = []
+  if short:
+    for path, label, probability in predict(FLAGS.model_dir, short, params):
+      print(f"{path}\t{label}\t{probability:.4f}", flush=True)
+      results.append({"file": path, "label": label, "probability": probability})
+  if long_files:
+    for result in segments.detect(FLAGS.model_dir, long_files, params, FLAGS.hop_seconds,
+                                  FLAGS.threshold, FLAGS.background_labels):
+      for s in result["segments"]:
+        print(f"{result['file']}\t{s.start:.2f}\t{s.end:.2f}\t{s.label}\t{s.peak:.4f}",
+              flush=True)
+      results.append(dict(result, segments=[dataclasses.asdict(s) for s in result["segments"]]))
+  if FLAGS.output:
+    _write_output(FLAGS.output, results)
+
+
+def _is_long(path: str, params: Params) -> bool:
+  """Longer than one clip (by its header); an unreadable file is left to predict's handling."""
+  from audioclf import segments  # pylint: disable=g-import-not-at-top
+  try:
+    return segments.duration(path) > params.clip_seconds + 1.0 / params.sample_rate
+  except decode.BadAudioError:
+    return False
+
+
+def _write_output(path: str, results: list[dict]) -> None:
+  """Every file's label or segments, as CSV or JSON by the file's extension."""
+  if path.endswith(".json"):
+    with open(path, "w") as f:
+      json.dump({"files": results}, f, indent=2)
+      f.write("\n")
+    return
+  if not path.endswith(".csv"):
+    raise app.UsageError(f"--output must end in .csv or .json, got {path!r}")
+  with open(path, "w", newline="") as f:
+    out = csv.writer(f)
+    out.writerow(["file", "start", "end", "label", "probability"])
+    for result in results:
+      if "segments" not in result:
+        out.writerow([result["file"], "", "", result["label"], f"{result['probability']:.4f}"])
+      for s in result.get("segments", ()):
+        out.writerow([result["file"], f"{s['start']:.3f}", f"{s['end']:.3f}", s["label"],
+                      f"{s['peak']:.4f}"])
 
 
 def run():
