@@ -23,7 +23,7 @@ The segment rule, per label (a model's clip holds one event, e.g. a word):
      that fires on any good part of it (one trained on words at random
      offsets, as the demo is) fires from a window holding just the onset to
      one holding just the ending: the span is then the event less those parts,
-     so it starts a little late (0.1 to 0.2 s on the demo words). Its
+     so it starts a little late (0.05 to 0.19 s on spoken words in the test). Its
      probability is the run's peak.
   4. Labels in `background` (silence, unknown) are never reported.
 
