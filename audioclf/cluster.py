@@ -15,6 +15,7 @@ being the chief; with them (the Estimator's between-graph replication) it is a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -73,6 +74,55 @@ def tasks_of(cluster: dict[str, list[str]], evaluator: bool = False) -> list[tup
 
 def chief_of(cluster: dict[str, list[str]]) -> tuple[str, int]:
   return CHIEF if cluster.get("chief") else ("worker", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """This process's place in a cluster, as TF_CONFIG names it."""
+
+  type: str  # "chief", "worker", "ps" or "evaluator".
+  index: int
+  cluster: dict  # The cluster spec: job name -> addresses.
+
+  @property
+  def is_chief(self) -> bool:
+    """The task that writes model_dir: the chief, else worker 0 where there is no chief job."""
+    return (self.type, self.index) == chief_of(self.cluster)
+
+  @property
+  def num_workers(self) -> int:
+    """The training tasks: the chief and the workers."""
+    return len(self.cluster.get("chief", ())) + len(self.cluster.get("worker", ()))
+
+  @property
+  def worker_id(self) -> int:
+    """This training task's number among num_workers, the chief first."""
+    if self.type not in ("chief", "worker"):
+      raise ValueError(f"a {self.type} task does not train")
+    return self.index + (len(self.cluster.get("chief", ())) if self.type == "worker" else 0)
+
+
+def current_task(environ=None) -> Optional[Task]:
+  """The task TF_CONFIG names in `environ` (default os.environ), or None outside a cluster.
+
+  Raises:
+    ValueError: TF_CONFIG is set but not a cluster spec with a task in it.
+  """
+  raw = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+  if not raw.strip():
+    return None
+  try:
+    config = json.loads(raw)
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    if not cluster:
+      return None
+    result = Task(str(task["type"]), int(task.get("index", 0)), cluster)
+  except (ValueError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"TF_CONFIG is not a cluster spec with a task: {raw!r} ({e})") from e
+  if result.type != "evaluator" and result.index >= len(cluster.get(result.type, ())):
+    raise ValueError(f"TF_CONFIG names task {result.type}:{result.index}, which its cluster "
+                     f"{cluster} does not have")
+  return result
 
 
 def tf_config(cluster: dict[str, list[str]], task: tuple[str, int]) -> str:

@@ -66,10 +66,11 @@ def check_same_model(saved: Params, params: Params, model_dir: str) -> None:
         "Use the saved values or a new model_dir.")
 
 
-def prepare(params: Params, labels: Sequence[str]) -> None:
+def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:
   """Makes params.model_dir ready for a run: new, or a resume of the same run.
 
-  Writes labels.txt and params.json. A model_dir from another engine, another
+  Writes labels.txt and params.json (unless `write` is False: in a cluster
+  only the chief writes; the other tasks only check). A model_dir from another engine, another
   label vocabulary or another architecture is refused before any training, so
   a resume can never silently mix two models.
 
@@ -95,6 +96,8 @@ def prepare(params: Params, labels: Sequence[str]) -> None:
   elif tf.train.latest_checkpoint(model_dir):
     raise ModelDirError(f"{model_dir!r} holds checkpoints but no {PARAMS_FILE}: audioclf "
                         "cannot tell what they are. Choose a new model_dir.")
+  if not write:
+    return
   os.makedirs(model_dir, exist_ok=True)
   _write_text(os.path.join(model_dir, LABELS_FILE), "".join(f"{label}\n" for label in labels))
   _write_text(os.path.join(model_dir, PARAMS_FILE), params.to_json() + "\n")

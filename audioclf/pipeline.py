@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from audioclf import decode, manifest as manifest_lib
-from audioclf.cache import ClipCache, Fill, SplitReader
+from audioclf.cache import ClipCache, Fill, SplitReader, decode_count
 from audioclf.manifest import Manifest
 from audioclf.params import MODES, Params
 
@@ -20,7 +20,8 @@ _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
              manifest: Optional[Manifest] = None,
-             seed_offset: Union[None, int, tf.Tensor] = None) -> tf.data.Dataset:
+             seed_offset: Union[None, int, tf.Tensor] = None,
+             shard: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
   """The dataset for `mode`: `(features, labels)` batches, prefetched.
 
   Mode "train" reads the train split, shuffled and repeated forever; "eval"
@@ -38,6 +39,10 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
       first epoch. Default: the global step when called inside a graph that
       has one (as tf.estimator does), else 0. The Keras engine passes its
       initial step.
+    shard: (index, count): read only this share of the file order, every
+      count-th file from `index` on (of each epoch's permutation in
+      training), chosen before anything is read, as each worker of a cluster
+      does. The split must be in the cache already (`fill_cache`).
 
   Returns:
     A tf.data.Dataset of ({"waveform": float32 [batch, clip_samples]},
@@ -59,12 +64,18 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
         f"({manifest.counts()}); add files or adjust validation/testing percentages")
   training = mode == "train"
   labels = np.asarray([manifest.label_id(e.label) for e in examples], np.int32)
-  order = _Order(params, _offset(seed_offset) if training else 0)
+  order = _Order(params, _offset(seed_offset) if training else 0, shard)
 
   cache = ClipCache(params)
   base = cache.split_base(examples)
   if cache.read_marker(examples, base) is not None:
     ds = _warm(params, base, labels, order, training)
+  elif order.shard[1] > 1:
+    # The cold pass writes the split from the files it decodes: a share of them cannot.
+    raise manifest_lib.DataError(
+        f"the {split!r} split of {params.manifest or params.data_dir} is not in the cache "
+        f"{cache.root!r} yet, and a sharded reader needs it there: fill it first "
+        "(pipeline.fill_cache, or python -m audioclf.cache --flagfile=...)")
   else:
     ds = _cold(params, Fill(cache, examples, params, base), labels, order, training)
 
@@ -78,6 +89,25 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   return ds.with_options(_options(params, training))
 
 
+def fill_cache(params: Params, manifest: Manifest,
+               splits: Sequence[str] = ("train", "validation")) -> int:
+  """Decodes `splits` into the cache unless already there; returns the number of files decoded.
+
+  For readers that need a whole split cached before they start: tuner trials
+  shorter than an epoch, and the sharded readers of a cluster's workers.
+  """
+  before = decode_count()
+  clips = ClipCache(params)
+  for split in splits:
+    examples = manifest.split(split)
+    if not examples or clips.read_marker(examples) is not None:
+      continue
+    # One pass in evaluation order fills the split for every mode and batch size.
+    for _ in input_fn(params, "eval", split=split, manifest=manifest):
+      pass
+  return decode_count() - before
+
+
 class _Order:
   """Which file comes when: a new permutation of the split every epoch.
 
@@ -87,22 +117,29 @@ class _Order:
   at once, however large the split.
   """
 
-  def __init__(self, params: Params, offset):
+  def __init__(self, params: Params, offset, shard: Optional[tuple[int, int]] = None):
     seed = params.shuffle_seed
     self.seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.offset = offset
+    index, count = self.shard = tuple(shard or (0, 1))
+    if not 0 <= index < count:
+      raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
 
   def rows(self, n: int, repeat: bool, values: Optional[np.ndarray] = None) -> tf.data.Dataset:
-    """Numbers 0..n-1 (or `values[0..n-1]`), permuted per epoch when `repeat`."""
-    table = tf.constant(np.arange(n) if values is None else values, tf.int64)
+    """Numbers 0..n-1 (or `values[0..n-1]`), permuted per epoch when `repeat`; this shard's."""
+    values = np.arange(n) if values is None else np.asarray(values)
+    index, count = self.shard
     if not repeat:
-      return tf.data.Dataset.from_tensor_slices(table)
+      return tf.data.Dataset.from_tensor_slices(tf.constant(values[index::count], tf.int64))
+    table = tf.constant(values, tf.int64)
     seed, offset = self.seed, self.offset
 
     def permutation(epoch):
       key = tf.stack([tf.constant(seed, tf.int64), epoch + tf.cast(offset, tf.int64)])
-      # Permute the whole table in one op: no function call per example.
-      return tf.random.experimental.stateless_shuffle(table, seed=key)
+      # Permute the whole table in one op: no function call per example. Every
+      # shard draws the same permutation and takes its own stride of it, so
+      # the shards of an epoch hold each file once between them.
+      return tf.random.experimental.stateless_shuffle(table, seed=key)[index::count]
 
     # Shuffle and then repeat, epoch by epoch: every file once per epoch.
     return tf.data.Dataset.range(2**62).map(permutation).unbatch()

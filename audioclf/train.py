@@ -12,6 +12,7 @@ from typing import Any
 from absl import app
 
 from audioclf import cli
+from audioclf import cluster as cluster_lib
 from audioclf import engines
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
@@ -47,9 +48,14 @@ def train(params: Params) -> dict[str, Any]:
   if params.model not in models.MODELS:
     raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(models.MODELS)}")
   start = time.perf_counter()
+  task = cluster_lib.current_task()
+  chief = task is None or task.is_chief
   manifest = manifest_lib.load(params)
-  model_dir_lib.prepare(params, manifest.labels)
+  # In a cluster only the chief writes model_dir; the others check it.
+  model_dir_lib.prepare(params, manifest.labels, write=chief)
   result = train_fn(params, manifest)
+  if result is None:  # A worker or ps task of a cluster: nothing of its own to report.
+    return {"task": f"{task.type}:{task.index}", "model_dir": params.model_dir}
   test = result.test or {}
   metrics = {
       "engine": params.engine,
@@ -64,7 +70,11 @@ def train(params: Params) -> dict[str, Any]:
       "wall_seconds": round(time.perf_counter() - start, 1),
       "model_dir": params.model_dir,
   }
-  model_dir_lib.write_metrics(params.model_dir, metrics)
+  if task is not None:
+    metrics["task"] = f"{task.type}:{task.index}"
+    metrics["workers"] = task.num_workers
+  if chief:
+    model_dir_lib.write_metrics(params.model_dir, metrics)
   return metrics
 
 

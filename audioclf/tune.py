@@ -303,7 +303,9 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
   start = time.perf_counter()
   decoded = cache.decode_count()
   manifest = manifest_lib.load(params)
-  filled = fill_cache(params, manifest)
+  # Before the first trial: one shorter than an epoch would fill the cache only
+  # in part and leave the rest for later trials to decode.
+  filled = pipeline.fill_cache(params, manifest)
   if filled:
     logging.info("audioclf: decoded %d files into the cache before the first trial", filled)
 
@@ -353,27 +355,6 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       "best_model": best_model,
       "tensorboard": os.path.join(tune_dir, TENSORBOARD),
   }
-
-
-def fill_cache(params: Params, manifest: Manifest) -> int:
-  """Decodes the train and validation splits into the cache unless already there.
-
-  Done before the first trial, because a trial shorter than an epoch would
-  fill the cache only in part and leave the rest for later trials to decode.
-
-  Returns:
-    The number of files decoded.
-  """
-  before = cache.decode_count()
-  clips = cache.ClipCache(params)
-  for split in ("train", "validation"):
-    examples = manifest.split(split)
-    if not examples or clips.read_marker(examples) is not None:
-      continue
-    # One pass in evaluation order fills the split for every mode and batch size.
-    for _ in pipeline.input_fn(params, "eval", split=split, manifest=manifest):
-      pass
-  return cache.decode_count() - before
 
 
 def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Params,

@@ -85,14 +85,15 @@ def prefetch_device(params: Params) -> Optional[str]:
 
 
 def metered_train_input(params: Params, manifest: Manifest, meter: StallMeter,
-                        seed_offset=None) -> tf.data.Dataset:
+                        seed_offset=None, shard=None) -> tf.data.Dataset:
   """input_fn's training dataset, with `meter`'s probe after its last transformation.
 
   Call it where the engine wants the dataset built: eagerly for Keras fit,
   inside the Estimator's input_fn (its graph) for the Estimator. seed_offset
-  goes to input_fn.
+  and shard go to input_fn.
   """
-  return meter.attach(input_fn(params, "train", manifest=manifest, seed_offset=seed_offset))
+  return meter.attach(input_fn(params, "train", manifest=manifest, seed_offset=seed_offset,
+                               shard=shard))
 
 
 def stall_log_every(params: Params) -> int:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import signal
+import threading
+import time
+from typing import Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from audioclf import cluster as cluster_lib
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
@@ -14,8 +18,60 @@ from audioclf.engines.common import (Result, StepTimer, has_split, metered_train
                                      stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
+from audioclf.pipeline import fill_cache, input_fn
 from audioclf.stall import EstimatorStallHook, StallMeter
+
+
+def _serve(task: cluster_lib.Task) -> None:
+  """A parameter server: serves the cluster's variables until SIGTERM or SIGINT, then returns.
+
+  train_and_evaluate's ps waits in server.join() for ever, where no signal
+  handler can run; here the launcher's SIGTERM ends it with exit code 0.
+  """
+  stop = threading.Event()
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda *_: stop.set())
+  server = tf.distribute.Server(tf.train.ClusterSpec(task.cluster), job_name=task.type,
+                                task_index=task.index, start=True)
+  logging.info("audioclf: ps:%d serving at %s until stopped", task.index, server.target)
+  while not stop.wait(1.0):
+    pass
+  logging.info("audioclf: ps:%d stopped", task.index)
+
+
+def _wait_for_chief(model_dir: str, timeout_s: float = 120.0) -> None:
+  """Waits until the chief has written its first checkpoint (its variables exist), or timeout_s.
+
+  A worker that asks for the model before the chief has initialized it
+  checks again only 30 s later (tf.compat.v1.train.SessionManager's
+  recovery_wait_secs, which the Estimator does not expose): on a short run it
+  would join after training ended. The chief saves a checkpoint as soon as its
+  session exists.
+  """
+  deadline = time.monotonic() + timeout_s
+  while tf.train.latest_checkpoint(model_dir) is None and time.monotonic() < deadline:
+    time.sleep(0.2)
+
+
+def _evaluator_result(metrics: Optional[dict], params: Params) -> Result:
+  if metrics is None:
+    raise RuntimeError(f"the evaluator found no checkpoint of step {params.train_steps} in "
+                       f"{params.model_dir} to evaluate")
+  return Result(steps=int(metrics["global_step"]), validation=metric_values(metrics), test=None,
+                examples_per_sec=None)
+
+
+class _StepCount:
+  """Counts this task's own training steps (in a cluster, the global step counts all tasks')."""
+
+  def __init__(self):
+    self.steps = 0
+
+  def begin_step(self):
+    pass
+
+  def end_step(self):
+    self.steps += 1
 
 
 class _StepHook(tf.estimator.SessionRunHook):
@@ -49,7 +105,25 @@ class _EndStepBeforeSave(tf.estimator.CheckpointSaverListener):
       meter.end_step()
 
 
-def train(params: Params, manifest: Manifest) -> Result:
+class _LastEvaluation(tf.estimator.Exporter):
+  """Keeps the latest evaluation's metrics: how an evaluator task learns its results.
+
+  train_and_evaluate returns nothing on the tasks of a cluster; an EvalSpec's
+  exporters are called with every evaluation's result. Exports nothing.
+  """
+
+  def __init__(self):
+    self.metrics = None
+
+  @property
+  def name(self):
+    return "last_evaluation"
+
+  def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+    self.metrics = dict(eval_result)
+
+
+def train(params: Params, manifest: Manifest) -> Optional[Result]:
   """Trains with tf.estimator.train_and_evaluate up to params.train_steps, resuming from model_dir.
 
   The model is `models.build_model`'s, compiled by `models.compile_model`:
@@ -57,14 +131,34 @@ def train(params: Params, manifest: Manifest) -> Result:
   hand-written model_fn to drift from the Keras engine. A checkpoint, and an
   evaluation of it, come every `eval_every_steps` (only at the end when 0).
 
+  Where TF_CONFIG names a cluster, this process is one task of TensorFlow's
+  between-graph replication: the chief and the workers each train on their
+  own share of every epoch's files (the variables, on the ps tasks, take
+  their updates as they come), the ps tasks serve until they are stopped, and
+  an evaluator task evaluates each checkpoint as it appears. The chief
+  writes the checkpoints and summaries, and evaluates the final one.
+
   Args:
     params: the run's parameters; params.model_dir already prepared.
     manifest: the loaded data manifest.
 
   Returns:
     The final step, validation and test metrics, training throughput and
-    the input-stall fraction.
+    the input-stall fraction; the evaluator's has its last validation only.
+    None on a worker or ps task.
+
+  Raises:
+    ValueError: TF_CONFIG names more than one training task but no ps.
   """
+  task = cluster_lib.current_task()
+  if task is not None and task.type == "ps":
+    _serve(task)
+    return None
+  if task is not None and task.num_workers > 1 and not task.cluster.get("ps"):
+    raise ValueError("the Estimator trains on several workers through parameter servers, and "
+                     f"TF_CONFIG's cluster has none: {task.cluster}. Add ps tasks "
+                     "(python -m audioclf.launch --ps=1).")
+  chief = task is None or task.is_chief
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
   tf.keras.utils.set_random_seed(params.seed)
@@ -76,7 +170,9 @@ def train(params: Params, manifest: Manifest) -> Result:
       save_checkpoints_steps=every,
       keep_checkpoint_max=model_dir_lib.KEEP_CHECKPOINTS,
       save_summary_steps=params.log_every_steps or None,
-      log_step_count_steps=params.log_every_steps or None)
+      log_step_count_steps=params.log_every_steps or None,
+      # Workers start with the chief, not 5 s apart per task number.
+      experimental_max_worker_delay_secs=0)
   # The default checkpoint_format="checkpoint" saves object-based checkpoints
   # keyed like the Keras model's own, which model_dir.load_model restores.
   estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
@@ -91,9 +187,18 @@ def train(params: Params, manifest: Manifest) -> Result:
   timer = StepTimer(steps_to_run=params.train_steps - start_step)
   meter = StallMeter()
   device = prefetch_device(params)
+  shard = None
+  if task is not None and task.type != "evaluator":
+    shard = (task.worker_id, task.num_workers)
+    # A worker reads its share of the train split from the cache: fill it
+    # first (a no-op where it is there; concurrent fills are safe).
+    fill_cache(params, manifest, splits=("train",))
 
   def train_input():
-    ds = metered_train_input(params, manifest, meter)
+    # The seed offset is the step training starts from, read here rather than
+    # from the global step in the graph: in a cluster that variable lives on a
+    # ps, and no input op may be placed there.
+    ds = metered_train_input(params, manifest, meter, seed_offset=start_step, shard=shard)
     if device:
       # The last transformation: the next batches wait on the device. The
       # Estimator's initializable iterator is colocated with the dataset's
@@ -102,20 +207,40 @@ def train(params: Params, manifest: Manifest) -> Result:
     return ds
 
   if start_step < params.train_steps:
+    if task is not None and task.type == "worker" and latest is None:
+      _wait_for_chief(params.model_dir)
     # The stall hook begins and ends the meter's steps; the saving listener
     # ends a step that saves before the checkpoint and its evaluation, for the
     # meter as for the timer, so neither counts evaluation as a training step.
-    hooks = [_StepHook([timer]),
-             EstimatorStallHook(meter, params.model_dir, every_steps=stall_log_every(params))]
-    validation, _ = tf.estimator.train_and_evaluate(
+    # Only the chief writes summaries into model_dir.
+    count = _StepCount()
+    hooks = [_StepHook([timer, count]),
+             EstimatorStallHook(meter, params.model_dir if chief else None,
+                                every_steps=stall_log_every(params))]
+    last = _LastEvaluation()
+    outcome = tf.estimator.train_and_evaluate(
         estimator,
         # The probe goes in inside the input_fn: the Estimator builds the
         # dataset in its own graph.
         tf.estimator.TrainSpec(train_input,
                                max_steps=params.train_steps, hooks=hooks,
                                saving_listeners=[_EndStepBeforeSave([timer, meter])]),
-        # throttle_secs=0: evaluate every checkpoint; their spacing is the schedule.
-        tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=0))
+        # Locally, throttle_secs=0 evaluates every checkpoint (their spacing is
+        # the schedule); an evaluator task looks for a new one every second.
+        tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=1 if task else 0,
+                              start_delay_secs=0, exporters=[last]))
+    if task is None:
+      validation, _ = outcome
+    else:  # train_and_evaluate returns nothing on a cluster's tasks.
+      if task.type == "evaluator":
+        return _evaluator_result(last.metrics, params)
+      if not chief:
+        logging.info("audioclf: %s:%d ran %d training steps", task.type, task.index,
+                     count.steps)
+        return None
+      validation = estimator.evaluate(eval_input())
+  elif task is not None and not chief:
+    return None
   else:
     # Estimator.train would not see that max_steps is reached: it looks for a
     # variable named "global_step", and object-based checkpoints call it

@@ -1,0 +1,44 @@
+"""Sharded reading: each worker's share of the file order, chosen before anything is read."""
+
+import numpy as np
+import pytest
+
+from audioclf import manifest as manifest_lib, pipeline
+
+
+def test_shards_of_an_epoch_hold_each_file_once(tone_params):
+  order = pipeline._Order(tone_params, 0)
+  n = 10
+  epochs = [list(pipeline._Order(tone_params, 0, shard=(i, 3)).rows(n, repeat=True)
+                 .take(2 * len(range(i, n, 3))).as_numpy_iterator()) for i in range(3)]
+  whole = list(order.rows(n, repeat=True).take(2 * n).as_numpy_iterator())
+  for i, rows in enumerate(epochs):
+    share = len(range(i, n, 3))
+    # Each epoch of shard i is every third file of that epoch's permutation, from i on.
+    assert rows[:share] == whole[i:n:3]
+    assert rows[share:] == whole[n + i:2 * n:3]
+  assert sorted(r for i, rows in enumerate(epochs) for r in rows[:len(range(i, n, 3))]) \
+      == list(range(n))
+  with pytest.raises(ValueError, match="shard"):
+    pipeline._Order(tone_params, 0, shard=(2, 2))
+
+
+def test_sharded_evaluation_reads_the_split_once_between_shards(tone_params):
+  manifest = manifest_lib.load(tone_params)
+  params = tone_params.replace(batch_size=4)
+  pipeline.fill_cache(params, manifest, splits=("validation",))
+  whole = [(w, y) for w, y in pipeline.input_fn(params, "eval", manifest=manifest).unbatch()
+           .as_numpy_iterator()]
+  shards = [[(w, y) for w, y in pipeline.input_fn(params, "eval", manifest=manifest, shard=(i, 2))
+             .unbatch().as_numpy_iterator()] for i in range(2)]
+  assert len(shards[0]) + len(shards[1]) == len(whole) == len(manifest.split("validation"))
+  # Shard i holds every second clip of the evaluation order, from i on.
+  for i in range(2):
+    for (w, y), (w0, y0) in zip(shards[i], whole[i::2]):
+      assert y == y0 and np.array_equal(w["waveform"], w0["waveform"])
+
+
+def test_a_sharded_reader_needs_the_split_cached(tone_params, tmp_path):
+  params = tone_params.replace(cache_dir=str(tmp_path / "empty"))
+  with pytest.raises(manifest_lib.DataError, match="not in the cache"):
+    pipeline.input_fn(params, "eval", shard=(0, 2))
