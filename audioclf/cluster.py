@@ -153,6 +153,7 @@ class Cluster:
     self._procs: dict[tuple[str, int], subprocess.Popen] = {}
     self._threads: list[threading.Thread] = []
     self.last_lines: dict[tuple[str, int], str] = {}  # Each task's last stdout line.
+    self._signal: Optional[int] = None  # A SIGINT or SIGTERM this process received.
 
   def _stream(self, task, pipe, sink):
     prefix = f"[{task[0]}:{task[1]}] "
@@ -206,7 +207,12 @@ class Cluster:
       was stopped because of it), that task's code.
     """
     finite = [t for t in self.tasks if t[0] != "ps"]
+    failed = []
     while True:
+      if self._signal is not None:
+        self._log(f"received signal {self._signal}; stopping every task")
+        self.stop()
+        return 128 + self._signal
       # A ps task never ends by itself while training runs: any exit is a failure.
       failed = [(t, self._procs[t].returncode) for t in self.tasks
                 if self._procs[t].poll() is not None
@@ -231,11 +237,15 @@ class Cluster:
     return chief if chief >= 0 else 128 - chief
 
   def run(self) -> int:
-    """start, then wait; SIGINT or SIGTERM to this process stops every task first."""
+    """start, then wait; SIGINT or SIGTERM to this process stops every task first.
+
+    Returns:
+      wait's exit code, or 128 + the signal's number.
+    """
     def on_signal(signum, frame):
-      self._log(f"received signal {signum}; stopping every task")
-      self.stop()
-      raise SystemExit(128 + signum)
+      # Only a note: the handler may interrupt a Popen.poll that holds the
+      # lock a wait here would need. wait's loop does the stopping.
+      self._signal = signum
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
