@@ -5,12 +5,15 @@ from __future__ import annotations
 import dataclasses
 import logging as std_logging
 import os
-import typing
+import sys
 from typing import Any, Callable, Optional
 
 from absl import app, flags
 
-from audioclf.params import SPLITS, Params
+from audioclf.params import SPLITS, ParamError, Params, field_types
+
+# Set to 1 to see the traceback of an error that a command would report as one line.
+TRACEBACK_ENV = "AUDIOCLF_TRACEBACK"
 
 _HELP = {
     "data_dir": "Folder with one sub-folder of audio files per label (Speech Commands layout).",
@@ -56,19 +59,17 @@ _HELP = {
 }
 
 
-def _base_type(tp: Any) -> type:
-  """int for Optional[int], and so on."""
-  args = [a for a in typing.get_args(tp) if a is not type(None)]
-  return args[0] if args else tp
-
-
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Defines one flag per Params field, defaulting to Params' default. Idempotent."""
-  hints = typing.get_type_hints(Params)
+  """Defines one flag per Params field, defaulting to Params' default. Idempotent.
+
+  The flags take any value of their type: Params.validate, the one place
+  that knows each field's range, checks them when they are read.
+  """
+  types = field_types()
   for field in dataclasses.fields(Params):
     if field.name in flag_values:
       continue
-    tp = _base_type(hints[field.name])
+    tp = types[field.name][0]
     default, help_ = field.default, _HELP.get(field.name, field.name)
     if tp is bool:
       flags.DEFINE_bool(field.name, default, help_, flag_values=flag_values)
@@ -78,11 +79,6 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_float(field.name, default, help_, flag_values=flag_values)
     else:
       flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
-  for name, choices in (("on_bad_file", ("fail", "skip")), ("engine", ("keras", "estimator")),
-                        ("lr_schedule", ("constant", "cosine")),
-                        ("tuner", ("random", "hyperband", "bayesian"))):
-    flags.register_validator(name, lambda v, c=choices: v in c,
-                             f"--{name} must be one of {choices}", flag_values=flag_values)
 
 
 def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS, **overrides: Any) -> Params:
@@ -178,8 +174,33 @@ def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None
     f.write("\n".join(lines) + "\n")
 
 
+def user_error(error: BaseException) -> Optional[str]:
+  """The one line that tells a user what to fix, for an error that needs no traceback; else None.
+
+  Those are invalid params, an unusable data source or model_dir, a bad audio
+  file and a file the system refuses (missing, unreadable, disk full). A bad
+  file found inside the tf.data pipeline arrives as TensorFlow's error, its
+  message holding the BadAudioError's text under TensorFlow's frames; the
+  file and the reason are read back from it.
+  """
+  # Imported here: by the time a command fails, TensorFlow is loaded anyway.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from audioclf import decode, manifest, model_dir  # pylint: disable=g-import-not-at-top
+
+  if isinstance(error, tf.errors.OpError):
+    error = decode.BadAudioError.from_text(error.message) or error
+  if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
+                        decode.BadAudioError, OSError)):
+    return str(error).removeprefix("audioclf: ")
+  return None
+
+
 def run(main: Callable[[list[str]], Any]) -> None:
-  """absl's app.run(main) for an audioclf command, each TensorFlow log line printed once.
+  """absl's app.run(main) for an audioclf command: errors a user can fix end it in one line.
+
+  Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
+  on stderr and exits with status 1; set AUDIOCLF_TRACEBACK=1 to get its
+  traceback instead. Any other exception keeps its traceback.
 
   TensorFlow gives its logger a handler of its own when it first logs before
   app.run has installed absl's; records then print through both (every
@@ -191,6 +212,15 @@ def run(main: Callable[[list[str]], Any]) -> None:
     if tf_logger.propagate and std_logging.getLogger().handlers:
       for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
-    return main(argv)
+    try:
+      return main(argv)
+    except Exception as e:  # pylint: disable=broad-except
+      line = None if os.environ.get(TRACEBACK_ENV, "") not in ("", "0") else user_error(e)
+      if line is None:
+        raise
+    # Printed once the except block has dropped the traceback, and with it
+    # the frames that still hold the failed run's datasets and iterators.
+    print(f"audioclf: error: {line}", file=sys.stderr, flush=True)
+    return 1
 
   app.run(main_with_one_log_handler)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from typing import Optional
 
 import numpy as np
 import soundfile as sf
@@ -11,6 +13,8 @@ import tensorflow as tf
 
 # libsndfile notes a chunk that claims more bytes than the file has as "data : N (should be M)".
 _TRUNCATED = re.compile(r"^\s*\w+\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+# BadAudioError's text: the path as Python quotes it (repr), then the reason, to the end of the line.
+_BAD_AUDIO = re.compile(r"audioclf: bad audio file ('(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"): (.*)")
 
 
 class BadAudioError(ValueError):
@@ -19,6 +23,16 @@ class BadAudioError(ValueError):
   def __init__(self, path: str, reason: str):
     self.path, self.reason = path, reason
     super().__init__(f"audioclf: bad audio file {path!r}: {reason}")
+
+  @classmethod
+  def from_text(cls, text: str) -> Optional["BadAudioError"]:
+    """The first BadAudioError whose text `text` holds, or None.
+
+    A BadAudioError raised inside tf.numpy_function reaches the caller as a
+    tf.errors.OpError whose message holds this text among TensorFlow's.
+    """
+    match = _BAD_AUDIO.search(text)
+    return cls(ast.literal_eval(match.group(1)), match.group(2)) if match else None
 
 
 def decode_file(path: str, sample_rate: int, quality: str = "HQ") -> np.ndarray:

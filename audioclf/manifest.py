@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
 import os
 import re
+import stat
 from typing import Iterable, Optional
 
 from absl import logging
@@ -91,19 +93,26 @@ def load(params: Params) -> Manifest:
   return manifest
 
 
-def _stat_examples(rows: Iterable[tuple[str, str, Optional[str]]], params: Params,
+def _stat_examples(rows: Iterable[tuple[str, str, Optional[str], str]], params: Params,
                    ) -> list[Example]:
-  """Turns (path, label, split-or-None) rows into Examples, applying the bad-file policy."""
+  """Turns (path, label, split-or-None, where) rows into Examples, applying the bad-file policy.
+
+  `where` says where a row came from ("<csv>:<line>: ", or "" for a folder
+  scan), to lead the error about a file that is missing.
+  """
   examples, missing, seen = [], [], set()
-  for path, label, split in rows:
+  for path, label, split, where in rows:
     if path in seen:
       continue  # A file listed twice would be trained on twice and cached once.
     seen.add(path)
     try:
       st = os.stat(path)
+      problem = None if stat.S_ISREG(st.st_mode) else "not a file"
     except OSError as e:
+      problem = e.strerror
+    if problem:
       if params.on_bad_file == "fail":
-        raise DataError(f"cannot read audio file {path!r}: {e.strerror}") from e
+        raise DataError(f"{where}cannot read audio file {path!r}: {problem}")
       missing.append(path)
       continue
     split = split or which_split(path, params.validation_percent, params.testing_percent)
@@ -115,11 +124,26 @@ def _stat_examples(rows: Iterable[tuple[str, str, Optional[str]]], params: Param
   return examples
 
 
+def _read_text(path: str) -> str:
+  """A UTF-8 text file's contents (a byte order mark is dropped).
+
+  Raises:
+    DataError: the file is not UTF-8, naming it and the line.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise DataError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}); "
+                    "save it as UTF-8") from None
+
+
 def _read_list(path: str) -> set[str]:
   if not os.path.exists(path):
     return set()
-  with open(path) as f:
-    return {line.strip() for line in f if line.strip()}
+  return {line.strip() for line in _read_text(path).splitlines() if line.strip()}
 
 
 def _from_folders(params: Params) -> Manifest:
@@ -145,7 +169,7 @@ def _from_folders(params: Params) -> Manifest:
         if has_lists:  # The lists name files relative to root, with "/".
           rel = path[len(root) + 1:].replace(os.sep, "/")
           split = "validation" if rel in validation else "test" if rel in testing else "train"
-        rows.append((path, label, split))
+        rows.append((path, label, split, ""))
   examples = _stat_examples(rows, params)
   used = tuple(sorted({e.label for e in examples}))
   if not used:
@@ -157,22 +181,25 @@ def _from_folders(params: Params) -> Manifest:
 def _from_csv(params: Params) -> Manifest:
   path = os.path.abspath(params.manifest)
   if not os.path.isfile(path):
-    raise DataError(f"manifest {params.manifest!r} does not exist")
+    raise DataError(f"manifest {params.manifest!r} does not exist or is not a file")
   root = os.path.dirname(path)
   rows = []
-  with open(path, newline="") as f:
-    reader = csv.reader(f)
-    for lineno, row in enumerate(reader, start=1):
+  reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+  try:
+    for row in reader:
       row = [c.strip() for c in row]
+      where = f"{path}:{reader.line_num}: "  # The line a row ends on, as a quoted field may span lines.
       if not row or not any(row) or row[0].startswith("#"):
         continue
-      if lineno == 1 and row[0].lower() == "path":
+      if reader.line_num == 1 and row[0].lower() == "path":
         continue  # Header.
       if len(row) not in (2, 3) or not row[0] or not row[1]:
-        raise DataError(f"{path}:{lineno}: expected 'path,label[,split]', got {row}")
+        raise DataError(f"{where}expected 'path,label[,split]', got {row}")
       split = row[2] if len(row) == 3 and row[2] else None
       if split is not None and split not in SPLITS:
-        raise DataError(f"{path}:{lineno}: split must be one of {SPLITS}, got {split!r}")
-      rows.append((os.path.normpath(os.path.join(root, row[0])), row[1], split))
+        raise DataError(f"{where}split must be one of {SPLITS}, got {split!r}")
+      rows.append((os.path.normpath(os.path.join(root, row[0])), row[1], split, where))
+  except csv.Error as e:  # A NUL byte, an unclosed quote at the end, a field over csv's limit.
+    raise DataError(f"{path}:{reader.line_num}: not a CSV row: {e}") from None
   examples = _stat_examples(rows, params)
   return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), root)

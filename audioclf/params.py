@@ -1,14 +1,33 @@
-"""The frozen parameters every part of audioclf reads: data, decoding, features, model, training."""
+"""The frozen parameters every part of audioclf reads, and the one check of every value."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Optional
+import math
+import numbers
+import operator
+import typing
+from typing import Any, Iterator, Optional
 
 MODES = ("train", "eval", "infer")  # The strings of tf.estimator.ModeKeys.
 SPLITS = ("train", "validation", "test")
 BAD_FILE_POLICIES = ("fail", "skip")
+RESAMPLE_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's recipes.
+LR_SCHEDULES = ("constant", "cosine")
+# The names of registries that live next to TensorFlow code (models.MODELS,
+# models' optimizers, engines.ENGINES, tune's tuners), spelled here so that
+# a typo fails in Params.validate without importing TensorFlow; a test keeps
+# each registry and its names equal.
+MODEL_NAMES = ("cnn", "ds_cnn")
+OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
+ENGINE_NAMES = ("keras", "estimator")
+TUNER_NAMES = ("random", "hyperband", "bayesian")
+MAX_CLIP_SECONDS = 600
+
+
+class ParamError(ValueError):
+  """A parameter value that cannot work; the message starts with its flag, `--name=value`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,18 +101,22 @@ class Params:
     return int(round(self.clip_seconds * self.sample_rate))
 
   def validate(self) -> "Params":
-    """Raises ValueError for values that cannot work; returns self."""
-    if self.on_bad_file not in BAD_FILE_POLICIES:
-      raise ValueError(f"on_bad_file must be one of {BAD_FILE_POLICIES}, got {self.on_bad_file!r}")
-    if self.sample_rate <= 0 or self.clip_seconds <= 0:
-      raise ValueError("sample_rate and clip_seconds must be positive")
-    if self.batch_size <= 0:
-      raise ValueError("batch_size must be positive")
-    if not 0 <= self.validation_percent + self.testing_percent < 100:
-      raise ValueError("validation_percent + testing_percent must be in [0, 100)")
-    if self.prefetch_device not in ("auto", "none", "") and not self.prefetch_device.startswith("/"):
-      raise ValueError("prefetch_device must be auto, none or a device name such as /gpu:0, "
-                       f"got {self.prefetch_device!r}")
+    """Checks every field against RULES, then the limits that join fields.
+
+    Returns:
+      self, for chaining.
+
+    Raises:
+      ParamError: the first value that cannot work, as "--name=value: must be
+        <the allowed range or choices>".
+    """
+    for field in dataclasses.fields(self):
+      problem = RULES[field.name].problem(getattr(self, field.name), _TYPES[field.name])
+      if problem:
+        raise ParamError(f"--{field.name}={getattr(self, field.name)}: {problem}")
+    problem = next(_joint_problems(self), None)
+    if problem:
+      raise ParamError(problem)
     return self
 
   def to_dict(self) -> dict[str, Any]:
@@ -112,3 +135,140 @@ class Params:
   def from_json(cls, path: str) -> "Params":
     with open(path) as f:
       return cls.from_dict(json.load(f))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """What one field accepts besides its type: bounds (inclusive ge/le, exclusive gt/lt) or choices."""
+
+  ge: Optional[float] = None
+  gt: Optional[float] = None
+  le: Optional[float] = None
+  lt: Optional[float] = None
+  choices: tuple[str, ...] = ()
+  why: str = ""  # Said after the range, where the limit is not obvious.
+
+  def describe(self) -> str:
+    """The allowed values in words, e.g. "> 0 and <= 600" or "one of fail, skip"."""
+    if self.choices:
+      return "one of " + ", ".join(self.choices)
+    parts = [f"{op} {bound}" for op, bound in ((">=", self.ge), (">", self.gt), ("<=", self.le),
+                                                 ("<", self.lt)) if bound is not None]
+    return " and ".join(parts)
+
+  def problem(self, value: Any, kind: tuple[type, bool]) -> Optional[str]:
+    """Why `value` is not allowed ("must be ..."), or None where it is."""
+    base, optional = kind
+    if value is None:
+      return None if optional else f"must be set ({_TYPE_NAMES[base]})"
+    if not _is_a(value, base):
+      return f"must be {_TYPE_NAMES[base]}, not {type(value).__name__}"
+    if self.choices and value not in self.choices:
+      return f"must be {self.describe()}"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+      if not math.isfinite(value):
+        return "must be a finite number"
+      if not all(bound is None or holds(value, bound) for bound, holds in (
+          (self.ge, operator.ge), (self.gt, operator.gt), (self.le, operator.le),
+          (self.lt, operator.lt))):
+        return f"must be {self.describe()}" + (f" ({self.why})" if self.why else "")
+    return None
+
+
+_SEED = Rule(ge=0, le=2**32 - 1, why="numpy's seed range")
+_ANY = Rule()
+
+# Every field of Params, and what it accepts. A field without a limit still
+# gets its type checked; a test fails if a field is missing here.
+RULES: dict[str, Rule] = {
+    "data_dir": _ANY,
+    "manifest": _ANY,
+    "validation_percent": Rule(ge=0, le=100),
+    "testing_percent": Rule(ge=0, le=100),
+    "sample_rate": Rule(gt=0, le=768_000),
+    "clip_seconds": Rule(gt=0, le=MAX_CLIP_SECONDS,
+                         why="a clip is one example, decoded, cached and batched whole: 600 s at "
+                             "16 kHz is already 38 MB per example"),
+    "cache_dir": _ANY,
+    "on_bad_file": Rule(choices=BAD_FILE_POLICIES),
+    "resample_quality": Rule(choices=RESAMPLE_QUALITIES),
+    "batch_size": Rule(ge=1),
+    "shuffle_seed": _SEED,
+    "time_shift_seconds": Rule(ge=0),
+    "noise_prob": Rule(ge=0, le=1),
+    "noise_snr_db": _ANY,
+    "n_mels": Rule(ge=1),
+    "frame_ms": Rule(gt=0),
+    "stride_ms": Rule(gt=0),
+    "fmin": Rule(ge=0),
+    "fmax": Rule(gt=0),
+    "spec_augment": _ANY,
+    "model": Rule(choices=MODEL_NAMES),
+    "width": Rule(ge=1),
+    "dropout": Rule(ge=0, lt=1),
+    "engine": Rule(choices=ENGINE_NAMES),
+    "model_dir": _ANY,
+    "train_steps": Rule(ge=1),
+    "eval_every_steps": Rule(ge=0, why="0 evaluates once, at the end"),
+    "learning_rate": Rule(gt=0),
+    "lr_schedule": Rule(choices=LR_SCHEDULES),
+    "optimizer": Rule(choices=OPTIMIZER_NAMES),
+    "seed": _SEED,
+    "log_every_steps": Rule(ge=0, why="0 logs once per evaluation"),
+    "prefetch_device": _ANY,  # Its form is checked in _joint_problems.
+    "tuner": Rule(choices=TUNER_NAMES),
+    "max_trials": Rule(ge=1),
+    "tune_dir": _ANY,
+    "trial_steps": Rule(ge=1),
+    "trial_epochs": Rule(ge=1),
+}
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _is_a(value: Any, base: type) -> bool:
+  if base is bool:
+    return isinstance(value, bool)
+  if base is int:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+  if base is float:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+  return isinstance(value, base)
+
+
+def field_types() -> dict[str, tuple[type, bool]]:
+  """Each field's base type and whether it may be None: (int, True) for Optional[int]."""
+  types = {}
+  for name, hint in typing.get_type_hints(Params).items():
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    types[name] = (args[0] if args else hint, type(None) in typing.get_args(hint))
+  return types
+
+
+_TYPES = field_types()
+
+
+def _joint_problems(p: Params) -> Iterator[str]:
+  """The limits that join fields, each message led by the flag to change."""
+  if p.validation_percent + p.testing_percent >= 100:
+    yield (f"--validation_percent={p.validation_percent} + --testing_percent={p.testing_percent}: "
+           "must be < 100, or no file is left to train on")
+  nyquist = p.sample_rate / 2
+  if p.fmax > nyquist:
+    yield (f"--fmax={p.fmax}: must be <= sample_rate/2 = {nyquist:g} Hz, the highest frequency "
+           f"--sample_rate={p.sample_rate} holds")
+  if p.fmin >= p.fmax:
+    yield f"--fmin={p.fmin}: must be < --fmax={p.fmax}"
+  sample_ms = 1000.0 / p.sample_rate
+  for name in ("frame_ms", "stride_ms"):
+    if int(round(p.sample_rate * getattr(p, name) / 1000.0)) < 1:  # As LogMelSpectrogram rounds.
+      yield (f"--{name}={getattr(p, name)}: must be at least one sample, {sample_ms:g} ms "
+             f"at --sample_rate={p.sample_rate}")
+  if p.frame_ms > p.clip_seconds * 1000.0:
+    yield f"--frame_ms={p.frame_ms}: must fit in a clip, --clip_seconds={p.clip_seconds}"
+  if p.trial_steps < p.trial_epochs:
+    yield (f"--trial_steps={p.trial_steps}: must be >= --trial_epochs={p.trial_epochs}, "
+           "as each of a trial's epochs is trial_steps/trial_epochs steps")
+  if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):
+    yield (f"--prefetch_device={p.prefetch_device}: must be auto, none or a device name such as "
+           "/gpu:0")

@@ -45,9 +45,8 @@ from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
 from audioclf.engines.common import prefetch_device
 from audioclf.manifest import Manifest
-from audioclf.params import Params
+from audioclf.params import ParamError, Params
 
-TUNERS = ("random", "hyperband", "bayesian")
 OBJECTIVE = "val_accuracy"  # compile_model's "accuracy", on input_fn(params, "eval").
 PROJECT = "search"  # keras-tuner's project folder under tune_dir.
 HYPERBAND_FACTOR = 3  # keras-tuner's default: each round keeps the best third.
@@ -222,9 +221,9 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
   """The keras-tuner tuner `params.tuner` names, reloading `tune_dir`'s project if there is one.
 
   Raises:
-    ValueError: an unknown tuner or model, or a trial budget that is not positive.
+    params.ParamError: an unknown tuner or model, or a trial budget that is not positive.
   """
-  check_search(params)
+  params.validate()
   # keras-tuner takes a seed of 0 for "none" and would draw one at random.
   common = dict(hypermodel=hypermodel, objective=kt.Objective(OBJECTIVE, "max"),
                 seed=params.seed + 1, directory=tune_dir, project_name=PROJECT, overwrite=False)
@@ -263,16 +262,6 @@ def hyperband_iterations(params: Params) -> int:
   return max(1, round(params.max_trials * params.trial_epochs / epochs))
 
 
-def check_search(params: Params) -> None:
-  """Raises ValueError for search settings that cannot work, before any data is read."""
-  if params.tuner not in TUNERS:
-    raise ValueError(f"unknown tuner {params.tuner!r}; choose one of {TUNERS}")
-  if params.model not in models.MODELS:
-    raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(models.MODELS)}")
-  if min(params.max_trials, params.trial_steps, params.trial_epochs) < 1:
-    raise ValueError("max_trials, trial_steps and trial_epochs must be positive")
-
-
 def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
   """Runs (or resumes) the hyperparameter search `params` describe.
 
@@ -289,17 +278,17 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
     tune_dir, best_flags, best_model and tensorboard.
 
   Raises:
-    ValueError: invalid params, an unknown tuner or model, or neither
-      tune_dir nor model_dir set.
+    params.ParamError: invalid params (an unknown tuner or model among them),
+      or neither tune_dir nor model_dir set.
     manifest.DataError: the data source is unusable.
     RuntimeError: no trial completed (keras-tuner's error after three failed
       trials in a row names the cause).
   """
   params.validate()
-  check_search(params)
   tune_dir = params.tune_dir or (params.model_dir and os.path.join(params.model_dir, "tune"))
   if not tune_dir:
-    raise ValueError("set tune_dir (or model_dir, for <model_dir>/tune): the search is kept there")
+    raise ParamError("--tune_dir: must be set, or --model_dir (for <model_dir>/tune): "
+                     "the search is kept there")
   start = time.perf_counter()
   decoded = cache.decode_count()
   manifest = manifest_lib.load(params)

@@ -140,7 +140,7 @@ def test_a_new_decode_parameter_gets_a_new_cache(tmp_path):
   params = params_for(tmp_path)
   eval_waveforms(params)
   before = cache.decode_count()
-  resampled = eval_waveforms(params.replace(sample_rate=8000))
+  resampled = eval_waveforms(params.replace(sample_rate=8000, fmax=3800.0))
   assert resampled.shape[1] == 8000
   assert cache.decode_count() - before == len(resampled)
   assert len(os.listdir(params.cache_dir)) == 2

@@ -158,11 +158,11 @@ def test_hyperband_budget_counts_keras_tuner_schedule():
 
 def test_bad_search_settings_fail_before_reading_data(tmp_path):
   params = Params(data_dir=str(tmp_path / "missing"), tune_dir=str(tmp_path / "tune"))
-  with pytest.raises(ValueError, match="unknown tuner 'grid'"):
+  with pytest.raises(ValueError, match="--tuner=grid: must be one of random, hyperband"):
     tune_lib.tune(params.replace(tuner="grid"))
-  with pytest.raises(ValueError, match="must be positive"):
+  with pytest.raises(ValueError, match="--trial_epochs=0: must be >= 1"):
     tune_lib.tune(params.replace(trial_epochs=0))
-  with pytest.raises(ValueError, match="set tune_dir"):
+  with pytest.raises(ValueError, match="--tune_dir: must be set, or --model_dir"):
     tune_lib.tune(params.replace(tune_dir=None))
 
 

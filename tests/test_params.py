@@ -1,0 +1,135 @@
+"""Params.validate: every field checked in one place, each error led by its flag and the allowed values."""
+
+import dataclasses
+import glob
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+
+from audioclf import cli
+from audioclf import params as params_lib
+from audioclf.params import ParamError, Params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (field, a value it refuses, what the error must say after "--field=value: ").
+REJECTED = [
+    ("data_dir", 3, "must be a string, not int"),
+    ("manifest", ["a.csv"], "must be a string, not list"),
+    ("validation_percent", -1.0, "must be >= 0 and <= 100"),
+    ("validation_percent", 60.0, r"\+ --testing_percent=50.0: must be < 100"),
+    ("testing_percent", 101.0, "must be >= 0 and <= 100"),
+    ("sample_rate", 0, "must be > 0 and <= 768000"),
+    ("sample_rate", 16000.0, "must be an integer, not float"),
+    ("clip_seconds", 0.0, "must be > 0 and <= 600"),
+    ("clip_seconds", 100000.0, r"must be > 0 and <= 600 \(a clip is one example"),
+    ("cache_dir", 1.5, "must be a string"),
+    ("on_bad_file", "ignore", "must be one of fail, skip"),
+    ("resample_quality", "XX", "must be one of QQ, LQ, MQ, HQ, VHQ"),
+    ("batch_size", 0, "must be >= 1"),
+    ("batch_size", "64", "must be an integer, not str"),
+    ("shuffle_seed", -1, r"must be >= 0 and <= 4294967295 \(numpy's seed range\)"),
+    ("time_shift_seconds", -0.1, "must be >= 0"),
+    ("noise_prob", 1.5, "must be >= 0 and <= 1"),
+    ("noise_prob", -0.1, "must be >= 0 and <= 1"),
+    ("noise_snr_db", math.nan, "must be a finite number"),
+    ("n_mels", 0, "must be >= 1"),
+    ("frame_ms", 0.0, "must be > 0"),
+    ("frame_ms", 0.01, "must be at least one sample, 0.0625 ms at --sample_rate=16000"),
+    ("frame_ms", 2000.0, "must fit in a clip, --clip_seconds=1.0"),
+    ("stride_ms", -10.0, "must be > 0"),
+    ("fmin", -1.0, "must be >= 0"),
+    ("fmin", 7600.0, "must be < --fmax=7600.0"),
+    ("fmax", 0.0, "must be > 0"),
+    ("fmax", 9000.0, r"must be <= sample_rate/2 = 8000 Hz.*--sample_rate=16000"),
+    ("spec_augment", "yes", "must be true or false, not str"),
+    ("model", "vgg", "must be one of cnn, ds_cnn"),
+    ("width", 0, "must be >= 1"),
+    ("dropout", 1.5, "must be >= 0 and < 1"),
+    ("dropout", 1.0, "must be >= 0 and < 1"),
+    ("engine", "jax", "must be one of keras, estimator"),
+    ("model_dir", 0, "must be a string"),
+    ("train_steps", -5, "must be >= 1"),
+    ("train_steps", 0, "must be >= 1"),
+    ("eval_every_steps", -1, r"must be >= 0 \(0 evaluates once, at the end\)"),
+    ("learning_rate", 0.0, "must be > 0"),
+    ("learning_rate", math.inf, "must be a finite number"),
+    ("lr_schedule", "step", "must be one of constant, cosine"),
+    ("optimizer", "adagrad", "must be one of adam, sgd, rmsprop"),
+    ("seed", None, r"must be set \(an integer\)"),
+    ("seed", 2**32, "must be >= 0 and <= 4294967295"),
+    ("log_every_steps", -1, "must be >= 0"),
+    ("prefetch_device", "gpu0", "must be auto, none or a device name such as /gpu:0"),
+    ("tuner", "grid", "must be one of random, hyperband, bayesian"),
+    ("max_trials", 0, "must be >= 1"),
+    ("tune_dir", 7, "must be a string"),
+    ("trial_steps", 0, "must be >= 1"),
+    ("trial_steps", 3, "must be >= --trial_epochs=4"),
+    ("trial_epochs", 0, "must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("field, value, match", REJECTED)
+def test_a_bad_value_names_its_flag_and_what_is_allowed(field, value, match):
+  changes = {field: value}
+  if match.startswith(r"\+ --testing_percent"):
+    changes["testing_percent"] = 50.0
+  with pytest.raises(ParamError, match=rf"^--{field}={re.escape(str(value))}(: | ){match}"):
+    Params(**changes).validate()
+
+
+def test_every_field_has_a_rule_and_a_rejected_value():
+  fields = {f.name for f in dataclasses.fields(Params)}
+  assert set(params_lib.RULES) == fields
+  assert {field for field, _, _ in REJECTED} == fields
+
+
+def test_defaults_and_edges_that_work_are_accepted():
+  assert Params().validate() == Params()
+  Params(sample_rate=8000, fmax=4000.0, clip_seconds=600.0, dropout=0.0, noise_prob=1.0,
+         eval_every_steps=0, log_every_steps=0, shuffle_seed=None, noise_snr_db=-5.0,
+         validation_percent=0, testing_percent=0, trial_steps=4, prefetch_device="none",
+         time_shift_seconds=0.0).validate()
+  Params(prefetch_device="/gpu:1", data_dir="d", model_dir="m", resample_quality="VHQ").validate()
+
+
+def test_a_param_error_is_a_value_error():
+  assert issubclass(ParamError, ValueError)  # Callers that caught ValueError still do.
+
+
+def test_params_import_no_tensorflow():
+  # The check runs before anything heavy is loaded: a fresh interpreter proves it.
+  code = ("import sys, audioclf, audioclf.cli; audioclf.Params().validate(); "
+          "print('tensorflow' in sys.modules)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT)
+  assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("flagfile", sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags"))))
+def test_every_preset_is_valid(flagfile, monkeypatch):
+  monkeypatch.chdir(ROOT)  # Presets include each other by paths relative to the repository.
+  flag_values = flags.FlagValues()
+  cli.define_flags(flag_values)
+  flag_values(["prog", f"--flagfile={flagfile}"])
+  cli.params_from_flags(flag_values)
+
+
+def test_flags_take_any_value_and_params_refuses_it_naming_the_flag():
+  flag_values = flags.FlagValues()
+  cli.define_flags(flag_values)
+  flag_values(["prog", "--on_bad_file=ignore"])  # No absl validator: one place checks.
+  with pytest.raises(ParamError, match="^--on_bad_file=ignore: must be one of fail, skip$"):
+    cli.params_from_flags(flag_values)
+
+
+def test_registries_hold_exactly_the_names_params_accepts():
+  from audioclf import engines, models
+  assert set(models.MODELS) == set(params_lib.MODEL_NAMES)
+  assert set(models._OPTIMIZERS) == set(params_lib.OPTIMIZER_NAMES)  # pylint: disable=protected-access
+  assert set(engines.ENGINES) == set(params_lib.ENGINE_NAMES)
