@@ -110,6 +110,8 @@ def _stat_examples(rows: Iterable[tuple[str, str, Optional[str], str]], params: 
       problem = None if stat.S_ISREG(st.st_mode) else "not a file"
     except OSError as e:
       problem = e.strerror
+    except ValueError as e:  # A NUL byte in the path.
+      problem = str(e)
     if problem:
       if params.on_bad_file == "fail":
         raise DataError(f"{where}cannot read audio file {path!r}: {problem}")
@@ -199,7 +201,7 @@ def _from_csv(params: Params) -> Manifest:
       if split is not None and split not in SPLITS:
         raise DataError(f"{where}split must be one of {SPLITS}, got {split!r}")
       rows.append((os.path.normpath(os.path.join(root, row[0])), row[1], split, where))
-  except csv.Error as e:  # A NUL byte, an unclosed quote at the end, a field over csv's limit.
+  except csv.Error as e:  # A field over csv's size limit.
     raise DataError(f"{path}:{reader.line_num}: not a CSV row: {e}") from None
   examples = _stat_examples(rows, params)
   return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), root)

@@ -96,3 +96,57 @@ def test_exactly_one_source():
     manifest.load(Params())
   with pytest.raises(manifest.DataError, match="exactly one"):
     manifest.load(Params(data_dir="a", manifest="b"))
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"path,label\nlow/a.wav,low\nhigh/caf\xe9.wav,high\n", r"m\.csv:3: not UTF-8 text \(byte 0xe9\)"),
+    (b"\xff\xfep\x00a\x00t\x00h\x00\n\x00", r"m\.csv:1: not UTF-8 text \(byte 0xff\)"),  # UTF-16.
+    (b"path,label\na.wav,low\nb.wav,high,train,extra\n", r"m\.csv:3: expected 'path,label\[,split\]'"),
+    (b"path,label\na.wav,,train\n", r"m\.csv:2: expected 'path,label\[,split\]'"),
+    (b"path,label\na.wav,low,Train\n", r"m\.csv:2: split must be one of .*got 'Train'"),
+    (b"path,label\n" + b"a" * 200_000 + b",low\n", r"m\.csv:2: not a CSV row: field larger"),
+    (b"path,label\nb\x00.wav,high\n", r"m\.csv:2: cannot read audio file .*embedded null"),
+    (b"path,label\nb.wav,high\n\"c.wav,low\n", r"m\.csv:3: expected .*got \['c\.wav,low'\]"),
+    (b"path,label\n", r"no audio files found in .*m\.csv"),
+])
+def test_csv_problems_name_the_file_and_line(tmp_path, content, match):
+  (tmp_path / "m.csv").write_bytes(content)
+  with pytest.raises(manifest.DataError, match=match):
+    manifest.load(Params(manifest=str(tmp_path / "m.csv")))
+
+
+def test_csv_missing_or_folder_paths_name_the_csv_line(tmp_path, tone_data):
+  rel = os.path.relpath(tone_data, tmp_path)
+  csv = tmp_path / "m.csv"
+  csv.write_text(f"path,label\n{rel}/low/spk000low_nohash_0.wav,low\n{rel}/mid,mid\n")
+  with pytest.raises(manifest.DataError, match=r"m\.csv:3: cannot read audio file .*mid': not a file"):
+    manifest.load(Params(manifest=str(csv)))
+  csv.write_text(f"path,label\n{rel}/low/spk000low_nohash_0.wav,low\n\n# gone:\ngone.wav,mid\n")
+  with pytest.raises(manifest.DataError,
+                    match=r"m\.csv:5: cannot read audio file .*gone\.wav': No such file"):
+    manifest.load(Params(manifest=str(csv)))
+
+
+def test_a_utf8_csv_with_a_byte_order_mark_and_non_ascii_names_loads(tmp_path, tone_data):
+  for label in ("bas", "haut"):  # Names with accents, as a spreadsheet saves them (BOM first).
+    os.makedirs(tmp_path / f"é{label}")
+    os.rename(os.path.join(tone_data, "low" if label == "bas" else "high", "spk000" +
+                           ("low" if label == "bas" else "high") + "_nohash_0.wav"),
+              tmp_path / f"é{label}" / "à.wav")
+  (tmp_path / "m.csv").write_text("path,label\nébas/à.wav,bas\néhaut/à.wav,haut\n",
+                                  encoding="utf-8-sig")
+  m = manifest.load(Params(manifest=str(tmp_path / "m.csv")))
+  assert m.labels == ("bas", "haut")
+  assert all(e.path.endswith("à.wav") for e in m.examples)
+
+
+def test_a_split_list_that_is_not_utf8_names_its_line(tone_data):
+  with open(os.path.join(tone_data, "validation_list.txt"), "wb") as f:
+    f.write(b"low/spk000low_nohash_0.wav\nmid/\xe9.wav\n")
+  with pytest.raises(manifest.DataError, match=r"validation_list\.txt:2: not UTF-8 text"):
+    manifest.load(Params(data_dir=tone_data))
+
+
+def test_a_manifest_that_is_a_folder_is_refused(tmp_path):
+  with pytest.raises(manifest.DataError, match="does not exist or is not a file"):
+    manifest.load(Params(manifest=str(tmp_path)))
