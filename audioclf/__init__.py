@@ -1,5 +1,7 @@
 """audioclf: audio classifiers whose input pipeline is never the bottleneck."""
 
+import types
+
 from audioclf.params import Params
 
 __version__ = "0.1.0"
@@ -15,6 +17,20 @@ _LAZY = {
     "export": ("audioclf.export", "export"),
     "tune": ("audioclf.tune", "tune"),
 }
+
+
+class CommandModule(types.ModuleType):
+  """A command module that is also its command: `audioclf.train(params)` calls `train.train`.
+
+  `audioclf.train` names both the module `audioclf/train.py` and its function.
+  The lazy attribute below binds the function; but an `import audioclf.train`
+  (or `from audioclf.train import train`) done first makes the import system
+  bind the module there instead. Each command module sets its class to this
+  one, so the name works as a function either way.
+  """
+
+  def __call__(self, *args, **kwargs):
+    return getattr(self, self.__name__.rsplit(".", 1)[-1])(*args, **kwargs)
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ accuracy as one line of JSON last.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -17,6 +18,7 @@ import tensorflow as tf
 from absl import app
 from absl import flags
 
+import audioclf
 from audioclf import cli
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
@@ -142,6 +144,8 @@ def run():
   flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
   cli.run(main)
 
+
+sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
 
 if __name__ == "__main__":
   run()

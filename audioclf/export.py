@@ -10,12 +10,14 @@ checked against the Keras model on the test split.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Optional, Sequence
 
 import tensorflow as tf
 from absl import app
 from absl import flags
 
+import audioclf
 from audioclf import cli
 from audioclf import model_dir as model_dir_lib
 from audioclf.models import INPUT_NAME
@@ -94,6 +96,8 @@ def run():
   flags.mark_flag_as_required("model_dir")
   cli.run(main)
 
+
+sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
 
 if __name__ == "__main__":
   run()

@@ -6,11 +6,13 @@ there), and prints the final metrics as one line of JSON, last on stdout.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
 from absl import app
 
+import audioclf
 from audioclf import cli
 from audioclf import cluster as cluster_lib
 from audioclf import engines
@@ -85,6 +87,8 @@ def run():
   cli.define_flags()
   cli.run(main)
 
+
+sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
 
 if __name__ == "__main__":
   run()

@@ -31,6 +31,7 @@ import json
 import logging as std_logging
 import os
 import shutil
+import sys
 import time
 from typing import Any, Optional, Sequence
 
@@ -40,6 +41,7 @@ import tensorflow as tf
 from absl import app, logging
 from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-direct-tensorflow-import
 
+import audioclf
 from audioclf import cache, cli, models, pipeline
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
@@ -478,6 +480,8 @@ def run() -> None:
   cli.define_flags()
   cli.run(main)
 
+
+sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
 
 if __name__ == "__main__":
   run()
