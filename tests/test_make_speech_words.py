@@ -121,3 +121,85 @@ def test_clear_errors(tmp_path, monkeypatch, capsys):
   monkeypatch.setitem(sys.modules, "espeakng_loader", None)  # find_spec() -> None
   with pytest.raises(msw.SpeechWordsError, match=r"pip install 'audioclf\[demo\]'"):
     msw.generate(tmp_path / "nolib", ["yes"], 1, seed=0, progress=False)
+
+
+# --- --background_noise: Speech Commands' _background_noise_ folder, generated.
+
+NOISE_SECONDS = 3.0
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory):
+  out = tmp_path_factory.mktemp("noisy") / "words"
+  msw.generate(out, WORDS, 2, seed=0, progress=False, background_noise=True,
+               noise_seconds=NOISE_SECONDS)
+  return out, {Path(p).stem: p for p in msw.noise_paths(out)}
+
+
+def _band_power(x, lo, hi):
+  spec = np.abs(np.fft.rfft(x)) ** 2
+  freqs = np.fft.rfftfreq(len(x), 1 / 16000)
+  return spec[(freqs >= lo) & (freqs < hi)].sum()
+
+
+def test_background_noise_layout(noisy):
+  out, noise = noisy
+  assert sorted(noise) == ["babble", "brown_noise", "hum_50hz", "hum_60hz", "pink_noise",
+                           "white_noise"]
+  assert sorted(p.name for p in out.iterdir()) == sorted(WORDS + [msw.NOISE_DIR, msw.STAMP_NAME])
+  for path in noise.values():
+    assert Path(path).parent == out / msw.NOISE_DIR
+    info = sf.info(path)
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+    assert info.frames == NOISE_SECONDS * 16000
+    x, _ = sf.read(path)
+    assert 20 * np.log10(np.sqrt(np.mean(x ** 2))) == pytest.approx(msw.NOISE_RMS_DBFS, abs=0.1)
+
+
+def test_background_noise_colours_and_hum(noisy):
+  _, noise = noisy
+  x = {name: sf.read(p)[0] for name, p in noise.items()}
+  # Low (100-500 Hz) over high (2-6 kHz) band power: flat for white, 1/f and 1/f^2 beyond.
+  tilt = {n: _band_power(x[n], 100, 500) / _band_power(x[n], 2000, 6000)
+          for n in ("white_noise", "pink_noise", "brown_noise")}
+  assert 0.05 < tilt["white_noise"] < 0.2  # The bands' widths: 400 / 4000 Hz.
+  # Expected: 0.1 (white), ln 5 / ln 3 = 1.46 (pink), 0.008 / 0.00033 = 24 (brown).
+  assert tilt["pink_noise"] > 8 * tilt["white_noise"]
+  assert tilt["brown_noise"] > 10 * tilt["pink_noise"]
+  for name, mains in (("hum_50hz", 50), ("hum_60hz", 60)):
+    total = _band_power(x[name], 20, 8000)
+    near = sum(_band_power(x[name], k * mains - 2, k * mains + 2) for k in range(1, 9))
+    assert near > 0.95 * total, name  # Nearly all of it at the mains harmonics.
+    assert _band_power(x[name], 2 * mains - 2, 2 * mains + 2) > 0.3 * total, name
+
+
+def test_babble_is_speech_like(noisy):
+  _, noise = noisy
+  babble, white = sf.read(noise["babble"])[0], sf.read(noise["white_noise"])[0]
+  # Talkers start and stop: its loudness in 20 ms frames spreads far wider than steady noise.
+  spread = lambda x: np.std(np.log(_frame_rms(x) + 1e-9))
+  assert spread(babble) > 3 * spread(white)
+  # Speech energy: mostly below 4 kHz.
+  assert _band_power(babble, 100, 4000) > 0.8 * _band_power(babble, 20, 8000)
+
+
+def test_background_noise_deterministic_and_reused(noisy, tmp_path):
+  out, noise = noisy
+  again = tmp_path / "again"
+  msw.generate(again, WORDS, 2, seed=0, progress=False, background_noise=True,
+               noise_seconds=NOISE_SECONDS)
+  for name, path in noise.items():
+    assert (again / msw.NOISE_DIR / f"{name}.wav").read_bytes() == Path(path).read_bytes(), name
+  stamp = (out / msw.STAMP_NAME).stat().st_mtime_ns
+  msw.generate(out, WORDS, 2, seed=0, progress=False, background_noise=True,
+               noise_seconds=NOISE_SECONDS)
+  assert (out / msw.STAMP_NAME).stat().st_mtime_ns == stamp  # Reused, not rewritten.
+  # A missing recording is noticed: the dataset is written again, whole.
+  (again / msw.NOISE_DIR / "babble.wav").unlink()
+  msw.generate(again, WORDS, 2, seed=0, progress=False, background_noise=True,
+               noise_seconds=NOISE_SECONDS)
+  assert (again / msw.NOISE_DIR / "babble.wav").read_bytes() == Path(noise["babble"]).read_bytes()
+  other = msw.generate(tmp_path / "other", WORDS, 2, seed=1, progress=False,
+                       background_noise=True, noise_seconds=NOISE_SECONDS)
+  assert (Path(other[0]).parents[1] / msw.NOISE_DIR / "pink_noise.wav").read_bytes() != (
+      Path(noise["pink_noise"]).read_bytes())

@@ -13,8 +13,17 @@ speaker-hash split keeps a speaker's clips on one side. Each clip further gets a
 rate/pitch jitter, a random position inside the 1 s window, a random gain and white or pink
 background noise at 15-40 dB SNR, so a classifier has to generalize rather than memorize.
 
-The output is a pure function of (words, per_word, seed, speakers): the same settings give
-the same bytes. A finished dataset is stamped with `_generated.json` (written last); a rerun
+With --background_noise it also writes the folder Speech Commands ships for noise mixing:
+
+    <out_dir>/_background_noise_/<name>.wav   16 kHz, mono, PCM_16, --noise_seconds long
+
+white, pink and brown noise, mains hum at 50 Hz and at 60 Hz (with harmonics and a slowly
+wandering level), and babble: several of this tool's own voices saying words that are not
+among the dataset's words, overlapping. A folder scan skips `_background_noise_` as a label;
+audioclf mixes excerpts of these into training examples (--noise_prob, --noise_snr_db).
+
+The output is a pure function of (words, per_word, seed, speakers, background noise and its
+length): the same settings give the same bytes. A finished dataset is stamped with `_generated.json` (written last); a rerun
 with the same settings reuses it and returns at once, --force regenerates.
 
 Import `generate()` from other tools and tests (tools/ is not a package; load this file with
@@ -54,6 +63,14 @@ SNR_DB = (15.0, 40.0)
 PEAK_DBFS = (-18.0, -1.0)
 
 STAMP_NAME = "_generated.json"
+NOISE_DIR = "_background_noise_"  # Speech Commands' name; audioclf reads it from data_dir.
+NOISE_SECONDS = 30.0
+# Each recording's RMS, in dBFS: a steady background well under the words' peaks.
+NOISE_RMS_DBFS = -26.0
+# Filler words for babble; the dataset's own words are left out, so babble never says a class.
+BABBLE_WORDS = ("the", "and", "maybe", "later", "water", "paper", "number", "coffee", "window",
+                "morning", "yellow", "because", "people", "little", "table", "sunday")
+BABBLE_VOICES = 6  # Talkers overlapping at any time.
 # Bump whenever the output for unchanged settings changes, so old stamps stop matching.
 GENERATOR_VERSION = 1
 
@@ -111,6 +128,8 @@ def generate(
     speakers: int = DEFAULT_SPEAKERS,
     force: bool = False,
     progress: bool = True,
+    background_noise: bool = False,
+    noise_seconds: float = NOISE_SECONDS,
 ) -> list[str]:
   """Writes (or reuses) a synthetic speech-commands dataset.
 
@@ -123,23 +142,37 @@ def generate(
     speakers: Size of the speaker pool shared by all words.
     force: Regenerate even if out_dir already holds this exact dataset.
     progress: Show a tqdm progress bar on stderr.
+    background_noise: Also write `_background_noise_/` (see the module docstring).
+    noise_seconds: Length of each background noise recording.
 
   Returns:
-    The absolute paths of the wav files, word by word, in clip order.
+    The absolute paths of the word clips, word by word, in clip order (the background
+    noise recordings are not among them: see `noise_paths`).
 
   Raises:
     SpeechWordsError: espeakng-loader is missing, a word cannot be synthesized or does
       not fit in 1 s, or out_dir holds something this tool did not write.
   """
   paths, _ = _generate(out_dir, words, per_word, seed, speakers=speakers, force=force,
-                       progress=progress)
+                       progress=progress, background_noise=background_noise,
+                       noise_seconds=noise_seconds)
   return paths
 
 
-def _generate(out_dir, words, per_word, seed, *, speakers, force, progress):
+def noise_paths(out_dir: str | os.PathLike) -> list[str]:
+  """The background noise recordings a finished dataset in out_dir holds (none without them)."""
+  out = Path(os.path.abspath(out_dir))
+  stamp = json.loads((out / STAMP_NAME).read_text())
+  return [str(out / p) for p in stamp.get("noise_files", [])]
+
+
+def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
+              background_noise=False, noise_seconds=NOISE_SECONDS):
   words = _check_words(words)
   if per_word < 1 or speakers < 1:
     raise SpeechWordsError("--per_word and --speakers must be at least 1")
+  if background_noise and not 1.0 <= noise_seconds <= 3600:
+    raise SpeechWordsError("--noise_seconds must be between 1 and 3600")
   if seed < 0:
     raise SpeechWordsError("--seed must be non-negative")
   # Absolute, so "." or "data/" still have a parent folder and a name to swap in under.
@@ -153,6 +186,9 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress):
       "sample_rate": SAMPLE_RATE,
       "clip_samples": CLIP_SAMPLES,
   }
+  if background_noise:
+    # Only when asked: a dataset without noise keeps the stamp (and the reuse) it had.
+    settings["background_noise"] = {"seconds": float(noise_seconds)}
   if not force:
     reused = _reusable(out, settings)
     if reused is not None:
@@ -173,9 +209,13 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress):
   try:
     rel_paths, espeak_version = _write_clips(tmp, words, per_word, seed, pool, progress)
     file_bytes = (tmp / rel_paths[0]).stat().st_size
+    noise_files = (_write_noise(tmp, words, seed, voices, noise_seconds)
+                   if background_noise else [])
     stamp = {
         "settings": settings,
         "files": rel_paths,
+        "noise_files": noise_files,
+        "noise_bytes": (tmp / noise_files[0]).stat().st_size if noise_files else None,
         "file_bytes": file_bytes,
         "espeak_ng": espeak_version,
         "speakers": {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
@@ -215,6 +255,9 @@ def _reusable(out: Path, settings: dict) -> list[str] | None:
     if len(paths) != len(settings["words"]) * settings["per_word"]:
       return None
     if any(p.stat().st_size != stamp["file_bytes"] for p in paths):
+      return None
+    if "background_noise" in settings and (not stamp.get("noise_files") or any(
+        (out / p).stat().st_size != stamp["noise_bytes"] for p in stamp["noise_files"])):
       return None
   except (OSError, ValueError, KeyError, TypeError):
     return None
@@ -361,6 +404,88 @@ def _render_clip(raw: np.ndarray, raw_rate: int, rng: np.random.Generator, soxr)
   clip = noise
   clip[offset:offset + len(speech)] += speech
   return np.clip(np.round(clip * 32767.0), -32768, 32767).astype(np.int16)
+
+
+def _write_noise(root: Path, words, seed: int, voices: list[str], seconds: float) -> list[str]:
+  """Writes the background noise recordings under root/NOISE_DIR; returns their relative paths.
+
+  Each recording has its own random stream keyed by its name, so adding one
+  leaves the others' bytes alone.
+  """
+  import soundfile as sf
+
+  n = int(round(seconds * SAMPLE_RATE))
+  makers = {
+      "white_noise": lambda rng: _coloured_noise(rng, n, 0.0),
+      "pink_noise": lambda rng: _coloured_noise(rng, n, 1.0),
+      "brown_noise": lambda rng: _coloured_noise(rng, n, 2.0),
+      "hum_50hz": lambda rng: _hum(rng, n, 50.0),
+      "hum_60hz": lambda rng: _hum(rng, n, 60.0),
+      "babble": lambda rng: _babble(rng, n, words, voices),
+  }
+  (root / NOISE_DIR).mkdir()
+  rel_paths = []
+  for name, make in makers.items():
+    x = make(np.random.default_rng([seed, 3, zlib.crc32(name.encode())]))
+    x *= 10 ** (NOISE_RMS_DBFS / 20) / np.sqrt(np.mean(x ** 2))
+    rel = f"{NOISE_DIR}/{name}.wav"
+    sf.write(root / rel, np.clip(np.round(x * 32767.0), -32768, 32767).astype(np.int16),
+             SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    rel_paths.append(rel)
+  (root / NOISE_DIR / "README.md").write_text(
+      "Background noise written by tools/make_speech_words.py --background_noise: "
+      f"{', '.join(makers)}; {seconds:g} s each at {SAMPLE_RATE} Hz, {NOISE_RMS_DBFS:g} dBFS RMS.\n")
+  return rel_paths
+
+
+def _coloured_noise(rng: np.random.Generator, n: int, exponent: float) -> np.ndarray:
+  """Gaussian noise whose power falls as 1/f**exponent (0 white, 1 pink, 2 brown), from 20 Hz."""
+  spec = np.fft.rfft(rng.standard_normal(n))
+  freqs = np.fft.rfftfreq(n, 1.0 / SAMPLE_RATE)
+  # Below 20 Hz brown noise would be mostly a wandering DC offset no microphone passes.
+  spec[freqs < 20.0] = 0.0
+  spec[freqs >= 20.0] /= freqs[freqs >= 20.0] ** (exponent / 2)
+  return np.fft.irfft(spec, n)
+
+
+def _hum(rng: np.random.Generator, n: int, mains_hz: float) -> np.ndarray:
+  """Mains hum: the fundamental and its harmonics, a slowly wandering level, a faint noise floor."""
+  t = np.arange(n) / SAMPLE_RATE
+  x = np.zeros(n)
+  # The second harmonic is the loudest in transformer hum (magnetostriction), then they fade.
+  for k, amp in enumerate((0.6, 1.0, 0.5, 0.35, 0.2, 0.12, 0.08, 0.05), start=1):
+    x += amp * rng.uniform(0.7, 1.3) * np.sin(2 * np.pi * k * mains_hz * t + rng.uniform(0, 2 * np.pi))
+  x *= 1.0 + 0.25 * np.sin(2 * np.pi * rng.uniform(0.05, 0.2) * t + rng.uniform(0, 2 * np.pi))
+  floor = _coloured_noise(rng, n, 1.0)
+  return x / np.sqrt(np.mean(x ** 2)) + 0.03 * floor / np.sqrt(np.mean(floor ** 2))
+
+
+def _babble(rng: np.random.Generator, n: int, words, voices: list[str]) -> np.ndarray:
+  """Talkers of this tool's own voices saying filler words, overlapping, none of them a class."""
+  import soxr
+
+  taken = {w.lower() for w in words}
+  fillers = [w for w in BABBLE_WORDS if w not in taken]
+  talkers = [[voices[int(i)], int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
+              int(rng.integers(PITCH[0], PITCH[1] + 1)),
+              int(rng.integers(PITCH_RANGE[0], PITCH_RANGE[1] + 1)),
+              int(rng.integers(1, 2**31 - 1))]
+             for i in rng.choice(len(voices), min(BABBLE_VOICES, len(voices)), replace=False)]
+  # One espeak process per word, every talker's take of it (as the clips are made).
+  with concurrent.futures.ThreadPoolExecutor(max(1, _cpu_count())) as ex:
+    said = list(ex.map(lambda w: _synthesize_word(w, talkers), fillers))
+  out = np.zeros(n)
+  for t in range(len(talkers)):
+    takes = [soxr.resample(raws[t].astype(np.float64) / 32768.0, header["sample_rate"],
+                           SAMPLE_RATE) for header, raws in said]
+    gain = 10 ** (rng.uniform(-6.0, 0.0) / 20)
+    at = int(rng.integers(0, SAMPLE_RATE))
+    while at < n:
+      take = takes[int(rng.integers(len(takes)))]
+      end = min(n, at + len(take))
+      out[at:end] += gain * take[:end - at] / np.max(np.abs(take))
+      at = end + int(rng.uniform(0.05, 0.4) * SAMPLE_RATE)  # A breath between words.
+  return out
 
 
 def _synthesize_word(word: str, jobs: list[list]) -> tuple[dict, list[np.ndarray]]:
@@ -511,6 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--seed", type=int, default=0, help="same seed, same bytes")
   p.add_argument("--speakers", type=int, default=DEFAULT_SPEAKERS,
                  help="speaker pool shared by all words (clip i is speaker i %% speakers)")
+  p.add_argument("--background_noise", action="store_true",
+                 help=f"also write {NOISE_DIR}/ (noise colours, hum, babble)")
+  p.add_argument("--noise_seconds", type=float, default=NOISE_SECONDS,
+                 help="length of each background noise recording")
   p.add_argument("--force", action="store_true", help="regenerate even if already there")
   p.add_argument("--no_progress", action="store_true", help="no progress bar")
   args = p.parse_args(argv)
@@ -519,12 +648,18 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     paths, reused = _generate(args.out_dir, args.words, args.per_word, args.seed,
                               speakers=args.speakers, force=args.force,
-                              progress=not args.no_progress)
+                              progress=not args.no_progress,
+                              background_noise=args.background_noise,
+                              noise_seconds=args.noise_seconds)
   except SpeechWordsError as e:
     print(f"make_speech_words: error: {e}", file=sys.stderr)
     return 1
   took = time.perf_counter() - start
   n_words = len(_check_words(args.words))
+  if args.background_noise:
+    n_noise = len(noise_paths(args.out_dir))
+    print(f"with {n_noise} background noise recordings of {args.noise_seconds:g} s in "
+          f"{args.out_dir}/{NOISE_DIR}")
   if reused:
     print(f"reusing {args.out_dir}: {len(paths)} clips ({n_words} words x {args.per_word}) "
           f"already generated with these settings (--force regenerates)")
