@@ -60,10 +60,14 @@ class LogMelSpectrogram(tf.keras.layers.Layer):
     stft = tf.signal.stft(tf.cast(waveform, tf.float32), frame_length=self.frame_length,
                           frame_step=self.frame_step, fft_length=self.fft_length,
                           window_fn=tf.signal.hann_window)
-    mel = tf.tensordot(tf.abs(stft), self.mel_matrix, axes=1)
+    mel = self._project(tf.abs(stft))
     # The offset keeps silence finite (log 0 is -inf) while staying below any
     # energy a real recording has.
     return tf.math.log(mel + self.log_offset)
+
+  def _project(self, magnitudes):
+    """[..., bins] -> [..., n_mels]: the mel filters applied to STFT magnitudes."""
+    return tf.tensordot(magnitudes, self.mel_matrix, axes=1)
 
   def num_frames(self, num_samples: int) -> int:
     return max(0, 1 + (num_samples - self.frame_length) // self.frame_step)

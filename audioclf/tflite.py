@@ -15,6 +15,12 @@ stops the export with UnsupportedOpsError naming it.
            100 dB, and an 8-bit linear scale keeps only the loudest bins
            (quantized too, the demo model agreed with itself on 62% of clips).
            Its input and output stay float32, so it drops in for the others.
+
+The model converted is the trained one with its mel projection written
+banded (BandedLogMelSpectrogram): each mel band sums its own few FFT bins
+instead of multiplying by the whole, mostly zero, 257 x 40 matrix, which would
+be 41 KB of float constants in every variant. Same weights, same outputs
+(within float rounding); training keeps the matrix product.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ from typing import Callable, Iterable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from audioclf.features import LogMelSpectrogram
 from audioclf.params import Params
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
 FILE_NAMES = {"none": "model.tflite", "dynamic": "model_dynamic.tflite", "int8": "model_int8.tflite"}
-# Layers whose ops the int8 variant keeps in float, by class name (see the module docstring).
-FLOAT_LAYERS = ("LogMelSpectrogram", "LayerNormalization")
+# Layers whose ops the int8 variant keeps in float (see the module docstring): the log-mel
+# front end and, by class name, the per-clip normalization after it.
+FLOAT_LAYERS = (LogMelSpectrogram, "LayerNormalization")
 
 _NO_KERNEL = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 
@@ -47,6 +55,46 @@ class UnsupportedOpsError(ValueError):
         f"TensorFlow Lite has no builtin kernel for {', '.join(self.ops)}: the model cannot run "
         f"on-device as it is. Replace the layer that uses it by builtin ops. Converter said: "
         f"{detail}")
+
+
+class BandedLogMelSpectrogram(LogMelSpectrogram):
+  """LogMelSpectrogram with the mel filters stored as (bin, weight) pairs per band, for export.
+
+  A triangular mel filter covers a few adjacent FFT bins; gathering those and
+  summing them is the matrix product without its zeros.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    with tf.init_scope():  # Eager even while Keras builds a graph: these are constants.
+      matrix = tf.signal.linear_to_mel_weight_matrix(
+          num_mel_bins=self.n_mels, num_spectrogram_bins=self.fft_length // 2 + 1,
+          sample_rate=self.sample_rate, lower_edge_hertz=self.fmin,
+          upper_edge_hertz=self.upper_hz).numpy()
+    width = max(1, int((matrix != 0).sum(axis=0).max()))
+    # Padding entries gather bin 0 with weight 0.
+    self.band_bins = np.zeros([self.n_mels, width], np.int32)
+    self.band_weights = np.zeros([self.n_mels, width], np.float32)
+    for band in range(self.n_mels):
+      bins = np.flatnonzero(matrix[:, band])
+      self.band_bins[band, :len(bins)] = bins
+      self.band_weights[band, :len(bins)] = matrix[bins, band]
+
+  def _project(self, magnitudes):
+    # [..., bins] -> [..., n_mels, width] -> [..., n_mels]
+    return tf.reduce_sum(tf.gather(magnitudes, self.band_bins, axis=-1) * self.band_weights,
+                         axis=-1)
+
+
+def on_device(model):
+  """`model` with each LogMelSpectrogram banded (BandedLogMelSpectrogram), weights copied."""
+  def clone(layer):
+    cls = BandedLogMelSpectrogram if type(layer) is LogMelSpectrogram else type(layer)
+    return cls.from_config(layer.get_config())
+
+  banded = tf.keras.models.clone_model(model, clone_function=clone)
+  banded.set_weights(model.get_weights())
+  return banded
 
 
 def interpreter(model_content: bytes):
@@ -81,6 +129,7 @@ def convert(model, quantize: str = "none",
   """
   if quantize not in QUANTIZATIONS:
     raise ValueError(f"quantize must be one of {QUANTIZATIONS}, got {quantize!r}")
+  model = on_device(model)
   converter = _converter(model)
   if quantize == "none":
     return _convert(converter.convert)
@@ -127,13 +176,15 @@ def _convert(step: Callable):
 
 def _float_nodes(model, float_model: bytes) -> list[str]:
   """Tensor names of the float model that belong to FLOAT_LAYERS, for the int8 denylist."""
-  names = [layer.name for layer in model.layers if type(layer).__name__ in FLOAT_LAYERS]
+  names = [layer.name for layer in model.layers
+           if any(type(layer).__name__ == kind if isinstance(kind, str) else isinstance(layer, kind)
+                  for kind in FLOAT_LAYERS)]
   # A name scope may carry a suffix (log_mel_1) where the graph was traced twice.
   inside = re.compile("|".join(rf"(^|/){re.escape(name)}(_\d+)?/" for name in names))
   tensors = [t["name"] for t in interpreter(float_model).get_tensor_details()]
   nodes = [name for name in tensors if names and inside.search(name)]
   if not nodes:
-    raise ValueError(f"found no tensors of the layers {names or FLOAT_LAYERS} in the converted "
+    raise ValueError(f"found no tensors of the layers {names or 'log_mel'} in the converted "
                      "model: the int8 export cannot keep its front end in float")
   return nodes
 

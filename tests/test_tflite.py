@@ -77,6 +77,18 @@ def test_int8_keeps_the_front_end_float_and_the_rest_integer(exported):
   assert interpreter.get_output_details()[0]["dtype"] == np.float32
 
 
+def test_banded_mel_equals_the_matrix_product():
+  from audioclf.features import LogMelSpectrogram
+  for sample_rate, fmax in ((16000, 7600.0), (8000, 7600.0), (22050, 11000.0)):
+    config = dict(sample_rate=sample_rate, n_mels=40, fmin=20.0, fmax=fmax)
+    full, banded = LogMelSpectrogram(**config), tflite.BandedLogMelSpectrogram(**config)
+    waves = np.random.default_rng(0).standard_normal((3, sample_rate)).astype(np.float32)
+    waves[2] = 0.0  # Silence: the log offset alone.
+    expected, got = full(waves).numpy(), banded(waves).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert banded.band_bins.shape[1] < banded.fft_length // 8  # Far fewer than all the bins.
+
+
 def test_an_op_without_a_kernel_is_named(trained):
   params, _ = trained("keras")
   model, _, _ = model_dir_lib.load_model(params.model_dir)
