@@ -92,49 +92,47 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS, **overrides: 
 def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The Params flags, plus those of the commands that use a trained model_dir. Idempotent."""
   define_flags(flag_values)
-  if "split" not in flag_values:
-    flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf.evaluate).",
+  if "split" in flag_values:  # They are defined together: once defines them all.
+    return
+  flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf.evaluate).",
+                    flag_values=flag_values)
+  flags.DEFINE_string("export_dir", None, "Where audioclf.export writes the SavedModel "
+                      "(default <model_dir>/export).", flag_values=flag_values)
+  flags.DEFINE_string("saved_model", None, "audioclf.evaluate: evaluate this exported "
+                      "SavedModel instead of --model_dir (its params.json, or the flags, "
+                      "say where the data is).", flag_values=flag_values)
+  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf.export "
+                    "writes: a SavedModel, or TensorFlow Lite models (default "
+                    "<model_dir>/tflite) checked against the Keras model.",
+                    flag_values=flag_values)
+  flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
+                          "--format=tflite: the variants to write, side by side: none (float), "
+                          "dynamic (int8 weights), int8 (int8 weights and activations, "
+                          "calibrated; the log-mel front end stays float).",
+                          flag_values=flag_values)
+  flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
+                       "quantization calibrates on.", flag_values=flag_values)
+  flags.DEFINE_float("hop_seconds", None, "audioclf.predict, files longer than a clip: the "
+                     "step between sliding windows (default half a clip; 0.1 places word "
+                     "onsets within 0.25 s).", flag_values=flag_values)
+  flags.DEFINE_float("threshold", 0.5, "audioclf.predict, long files: the probability a "
+                     "label must reach to start a segment (audioclf.segments).",
+                     flag_values=flag_values)
+  flags.DEFINE_list("background_labels", ["_silence_", "_unknown_", "silence", "unknown"],
+                    "audioclf.predict, long files: labels never reported as segments.",
+                    flag_values=flag_values)
+  flags.DEFINE_string("output", None, "audioclf.predict: also write every result to this "
+                      ".csv or .json file.", flag_values=flag_values)
+  flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
+                      "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)
-  if "export_dir" not in flag_values:
-    flags.DEFINE_string("export_dir", None, "Where audioclf.export writes the SavedModel "
-                        "(default <model_dir>/export).", flag_values=flag_values)
-  if "saved_model" not in flag_values:
-    flags.DEFINE_string("saved_model", None, "audioclf.evaluate: evaluate this exported "
-                        "SavedModel instead of --model_dir (its params.json, or the flags, "
-                        "say where the data is).", flag_values=flag_values)
-  if "format" not in flag_values:
-    flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf.export "
-                      "writes: a SavedModel, or TensorFlow Lite models (default "
-                      "<model_dir>/tflite) checked against the Keras model.",
-                      flag_values=flag_values)
-  if "quantize" not in flag_values:
-    flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
-                            "--format=tflite: the variants to write, side by side: none (float), "
-                            "dynamic (int8 weights), int8 (int8 weights and activations, "
-                            "calibrated; the log-mel front end stays float).",
-                            flag_values=flag_values)
-  if "calibration_clips" not in flag_values:
-    flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
-                         "quantization calibrates on.", flag_values=flag_values)
-  if "hop_seconds" not in flag_values:
-    flags.DEFINE_float("hop_seconds", None, "audioclf.predict, files longer than a clip: the "
-                       "step between sliding windows (default half a clip; 0.1 places word "
-                       "onsets within 0.25 s).", flag_values=flag_values)
-  if "threshold" not in flag_values:
-    flags.DEFINE_float("threshold", 0.5, "audioclf.predict, long files: the probability a "
-                       "label must reach to start a segment (audioclf.segments).",
-                       flag_values=flag_values)
-  if "background_labels" not in flag_values:
-    flags.DEFINE_list("background_labels", ["_silence_", "_unknown_", "silence", "unknown"],
-                      "audioclf.predict, long files: labels never reported as segments.",
-                      flag_values=flag_values)
-  if "output" not in flag_values:
-    flags.DEFINE_string("output", None, "audioclf.predict: also write every result to this "
-                        ".csv or .json file.", flag_values=flag_values)
-  if "report_dir" not in flag_values:
-    flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
-                        "(default <model_dir or saved_model>/eval_<split>).",
-                        flag_values=flag_values)
+  # Command flags that no Params field holds: checked when they are parsed.
+  for name, ok, rule in (("threshold", lambda v: 0 < v <= 1, "in (0, 1]"),
+                         ("hop_seconds", lambda v: v is None or v > 0, "positive"),
+                         ("calibration_clips", lambda v: v > 0, "positive"),
+                         ("output", lambda v: v is None or v.endswith((".csv", ".json")),
+                          "a .csv or .json file")):
+    flags.register_validator(name, ok, f"--{name} must be {rule}", flag_values=flag_values)
 
 
 def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:

@@ -145,7 +145,7 @@ def _write_output(path: str, results: list[dict]) -> None:
       f.write("\n")
     return
   if not path.endswith(".csv"):
-    raise app.UsageError(f"--output must end in .csv or .json, got {path!r}")
+    raise ValueError(f"the output must be a .csv or .json file, got {path!r}")
   with open(path, "w", newline="") as f:
     out = csv.writer(f)
     out.writerow(["file", "start", "end", "label", "probability"])

@@ -43,6 +43,7 @@ import soundfile as sf
 import soxr
 
 from audioclf import decode
+from audioclf.params import ParamError
 
 RELEASE = 0.5  # A run continues while the probability stays above this share of the threshold.
 MIN_SPAN = 0.3  # Shortest run kept, in clips (at least one window).
@@ -214,6 +215,9 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   model, params, labels = model_dir_lib.load_model(model_dir, params)
   clip = params.clip_samples
   hop = int(round((hop_seconds or params.clip_seconds / 2) * params.sample_rate))
+  if not 0 < hop <= clip:
+    raise ParamError(f"--hop_seconds={hop_seconds}: must be in (0, clip_seconds="
+                     f"{params.clip_seconds}]")
   results = []
   for path in paths:
     try:

@@ -218,6 +218,13 @@ def test_every_word_found_at_its_offset_and_nothing_else(word_model, recording):
     assert any(s.start <= end + 0.25 and s.end >= start - 0.25 for _, start, end in words), s
 
 
+def test_detect_refuses_a_hop_longer_than_a_clip(trained, tmp_path):
+  from audioclf.params import ParamError
+  params, _ = trained("keras")
+  with pytest.raises(ParamError, match="--hop_seconds=0.6"):
+    segments.detect(params.model_dir, [], hop_seconds=0.6)
+
+
 @pytest.mark.slow
 def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp_path):
   params, _ = word_model
@@ -250,5 +257,5 @@ def test_output_as_json(tmp_path, monkeypatch):
               "segments": [{"start": 1.0, "end": 1.4, "label": "no", "peak": 0.8}]}]
   predict._write_output(str(tmp_path / "out.json"), results)  # pylint: disable=protected-access
   assert json.loads((tmp_path / "out.json").read_text()) == {"files": results}
-  with pytest.raises(Exception, match="csv or .json"):
+  with pytest.raises(ValueError, match="csv or .json"):
     predict._write_output(str(tmp_path / "out.txt"), results)  # pylint: disable=protected-access
