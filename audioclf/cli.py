@@ -50,6 +50,9 @@ _HELP = {
     "log_every_steps": "Log and write summaries every this many steps.",
     "prefetch_device": "Copy training batches to this device while the step before them runs: "
                        "auto (the first GPU, when there is one), none, or a name like /gpu:1.",
+    "strategy": "Keras engine: auto (MultiWorkerMirroredStrategy when TF_CONFIG names several "
+                "workers, else one device) or mirrored (every GPU of this host, else its "
+                "logical CPUs).",
     "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
     "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
     "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",

@@ -24,7 +24,14 @@ def _batch_norm(name):
   # variance still holds 0.99**N of its initial 1.0, which swamps the real
   # statistic of a deep layer whose activations vary by 0.002 for several
   # hundred steps; a DS-CNN trained fine yet scored at chance in inference mode.
-  return layers.BatchNormalization(momentum=0.9, name=name)
+  # Under several replicas (tf.distribute), statistics of the global batch:
+  # every replica keeps the same moving statistics, so each evaluates (and
+  # the checkpoint holds) what one process training that batch would.
+  return layers.BatchNormalization(momentum=0.9, name=name, synchronized=_several_replicas())
+
+
+def _several_replicas() -> bool:
+  return tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1
 
 
 def _conv_bn_relu(x, filters, kernel, strides=1, name=""):

@@ -22,6 +22,7 @@ LR_SCHEDULES = ("constant", "cosine")
 MODEL_NAMES = ("cnn", "ds_cnn")
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
 ENGINE_NAMES = ("keras", "estimator")
+STRATEGIES = ("auto", "mirrored")
 TUNER_NAMES = ("random", "hyperband", "bayesian")
 MAX_CLIP_SECONDS = 600
 
@@ -85,6 +86,10 @@ class Params:
   # Where training batches are copied while the step before them runs:
   # "auto" (the first GPU when TensorFlow sees one, else nowhere), "none", or a device name.
   prefetch_device: str = "auto"
+  # Keras engine: "auto" (MultiWorkerMirroredStrategy when TF_CONFIG names
+  # several workers, else one device) or "mirrored" (every GPU of this host,
+  # or its logical CPUs).
+  strategy: str = "auto"
 
   # --- Hyperparameter search (python -m audioclf.tune).
   tuner: str = "random"  # "random" | "hyperband" | "bayesian"
@@ -216,6 +221,7 @@ RULES: dict[str, Rule] = {
     "seed": _SEED,
     "log_every_steps": Rule(ge=0, why="0 logs once per evaluation"),
     "prefetch_device": _ANY,  # Its form is checked in _joint_problems.
+    "strategy": Rule(choices=STRATEGIES),
     "tuner": Rule(choices=TUNER_NAMES),
     "max_trials": Rule(ge=1),
     "tune_dir": _ANY,

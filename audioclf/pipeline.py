@@ -108,6 +108,21 @@ def fill_cache(params: Params, manifest: Manifest,
   return decode_count() - before
 
 
+def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
+  """The clips an evaluation pass over a cached split reads: its files less those skipped as bad.
+
+  Raises:
+    manifest_lib.DataError: the split is not in the cache.
+  """
+  examples = manifest.split(split)
+  cache = ClipCache(params)
+  base = cache.split_base(examples)
+  if cache.read_marker(examples, base) is None:
+    raise manifest_lib.DataError(f"the {split!r} split is not in the cache {cache.root!r}; "
+                                 "fill it first (pipeline.fill_cache)")
+  return int(np.count_nonzero(SplitReader(base).lengths > 0))
+
+
 class _Order:
   """Which file comes when: a new permutation of the split every epoch.
 

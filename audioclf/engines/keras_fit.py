@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+import shutil
+import tempfile
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from audioclf import cluster as cluster_lib
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
@@ -16,15 +19,14 @@ from audioclf.engines.common import (Result, StepTimer, has_split, metered_train
                                      stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
+from audioclf.pipeline import cached_clips, fill_cache, input_fn
 from audioclf.stall import KerasStallCallback, StallMeter
 
 
 class _GlobalSteps(tf.keras.callbacks.Callback):
   """Keeps fit on the global step: times steps, stops at train_steps, checkpoints each epoch."""
 
-  def __init__(self, manager: tf.train.CheckpointManager, train_steps: int,
-               meters: Sequence = ()):
+  def __init__(self, manager: "_Checkpoints", train_steps: int, meters: Sequence = ()):
     super().__init__()
     self._manager = manager
     self._train_steps = train_steps
@@ -72,25 +74,181 @@ def train(params: Params, manifest: Manifest) -> Result:
     The final step, validation and test metrics, training throughput and
     the input-stall fraction.
   """
+  task = cluster_lib.current_task()
+  strategy = make_strategy(params, task)
   tf.keras.utils.set_random_seed(params.seed)
-  device = prefetch_device(params)
-  # On a GPU, a model built under a one-device strategy has fit (and
-  # evaluate) distribute its datasets: their iterator copies the next batch to
-  # the device while the current step runs. The stall probe stays the host
-  # pipeline's last transformation. Without one, the default strategy.
-  strategy = tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
+  if _distributes_input(strategy):
+    # Each worker reads its shard of every split from the cache.
+    fill_cache(params, manifest, splits=("train", "validation", "test"))
   with strategy.scope():
-    return _train(params, manifest)
+    return _train(params, manifest, strategy, task is None or task.is_chief)
 
 
-def _train(params: Params, manifest: Manifest) -> Result:
+def make_strategy(params: Params, task: Optional[cluster_lib.Task]) -> tf.distribute.Strategy:
+  """The tf.distribute strategy fit runs under.
+
+  - TF_CONFIG names more than one worker: MultiWorkerMirroredStrategy
+    (synchronous, all-reduce; every local GPU of every worker).
+  - --strategy=mirrored: MirroredStrategy over this host's GPUs, or its
+    logical CPUs where it has no GPU.
+  - On a GPU: a one-device strategy, so fit (and evaluate) distribute their
+    datasets, whose iterator copies the next batch to the device while the
+    current step runs (the stall probe stays the host pipeline's last
+    transformation).
+  - Else the default strategy.
+
+  Call it before TensorFlow runs anything in this process: the multi-worker
+  strategy configures the collective ops of the eager context, which must
+  not exist yet.
+
+  Raises:
+    ValueError: TF_CONFIG names parameter servers, which this engine does not use.
+  """
+  if task is not None and task.num_workers > 1:
+    if task.cluster.get("ps"):
+      raise ValueError("the Keras engine trains on several workers with all-reduce "
+                       "(MultiWorkerMirroredStrategy), and TF_CONFIG names ps tasks: "
+                       f"{task.cluster}. Drop them, or use --engine=estimator.")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  if params.strategy == "mirrored":
+    devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    return tf.distribute.MirroredStrategy([d.name for d in devices])
+  device = prefetch_device(params)
+  return tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
+
+
+def _distributes_input(strategy: tf.distribute.Strategy) -> bool:
+  """Whether the input must be built per input pipeline (several replicas or workers)."""
+  return strategy.num_replicas_in_sync > 1 or isinstance(
+      strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def _input(strategy: tf.distribute.Strategy, params: Params,
+           make: Callable[[Params, Optional[tuple[int, int]]], tf.data.Dataset]):
+  """make(params, shard)'s dataset, or, under a strategy of several replicas, one per worker.
+
+  Each worker (on one host: each replica) builds its own pipeline over its
+  shard of the file order (the files are chosen before anything is read, not
+  by tf.data's auto-sharding, which would have every worker read everything
+  and keep its part), batched at its replicas' share of the global batch_size.
+  """
+  if not _distributes_input(strategy):
+    return make(params, None)
+
+  def per_worker(context: tf.distribute.InputContext) -> tf.data.Dataset:
+    shard = None
+    if context.num_input_pipelines > 1:
+      shard = (context.input_pipeline_id, context.num_input_pipelines)
+    return make(params.replace(batch_size=context.get_per_replica_batch_size(params.batch_size)),
+                shard)
+
+  return strategy.distribute_datasets_from_function(per_worker, _input_options(strategy))
+
+
+def _input_options(strategy: tf.distribute.Strategy) -> Optional[tf.distribute.InputOptions]:
+  """One input pipeline per replica on one host (mirrored), else one per worker."""
+  if isinstance(strategy, tf.distribute.MirroredStrategy):
+    return tf.distribute.InputOptions(
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA)
+  return None
+
+
+class _Checkpoints:
+  """Saves: a CheckpointManager over model_dir on the chief; elsewhere, a write to a temp dir.
+
+  Under MultiWorkerMirroredStrategy every worker must take part in a save,
+  but only the chief's may land in model_dir; the others write to a
+  temporary folder and delete it (as TensorFlow's multi-worker guide does).
+  """
+
+  def __init__(self, checkpoint: tf.train.Checkpoint, model_dir: str, chief: bool):
+    self._checkpoint, self._model_dir, self._chief = checkpoint, model_dir, chief
+    self._manager = self._make_manager(model_dir) if chief else None
+    # Every worker resumes from the chief's latest checkpoint.
+    self.latest_checkpoint = tf.train.latest_checkpoint(model_dir)
+
+  def _make_manager(self, directory: str) -> tf.train.CheckpointManager:
+    return tf.train.CheckpointManager(self._checkpoint, directory,
+                                      max_to_keep=model_dir_lib.KEEP_CHECKPOINTS,
+                                      checkpoint_name=model_dir_lib.CHECKPOINT_NAME)
+
+  def save(self, checkpoint_number: int) -> None:
+    if self._chief:
+      self._manager.save(checkpoint_number=checkpoint_number)
+      return
+    # The very same save call as the chief's (the workers' collective ops must
+    # match), into a folder of its own that goes right after.
+    scratch = tempfile.mkdtemp(prefix="audioclf-worker-checkpoint-")
+    try:
+      self._make_manager(scratch).save(checkpoint_number=checkpoint_number)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+
+
+def evaluation_batching(clips: int, pipelines: int, replicas: int,
+                        batch_size: int) -> tuple[int, int]:
+  """(replica batch, steps) that give every replica a non-empty batch at every step of a pass.
+
+  Each of `pipelines` input pipelines reads every pipelines-th clip of the
+  split (so their shares differ by one clip at most) and hands its batches
+  in turn to its replicas_per_pipeline replicas. A replica that ran out
+  would get an empty batch, which TensorFlow's kernels do not all take (CPU
+  RFFT and convolutions reject it): so pick the largest replica batch, up to
+  batch_size / replicas, at which every pipeline yields the same number of
+  batches, a multiple of its replicas. Larger ones are tried only where no
+  smaller one fits; a split of fewer clips than replicas cannot be spread.
+
+  Raises:
+    ValueError: fewer clips than replicas.
+  """
+  if clips < replicas:
+    raise ValueError(f"a split of {clips} clips cannot be evaluated on {replicas} replicas: "
+                     "each needs one clip at least; use fewer workers or devices")
+  local = replicas // pipelines
+  shares = {clips // pipelines, -(-clips // pipelines)}
+  wanted = max(1, batch_size // replicas)
+  for batch in [*range(wanted, 0, -1), *range(wanted + 1, max(shares) + 1)]:
+    counts = {-(-share // batch) for share in shares}
+    if len(counts) == 1 and counts.pop() % local == 0:
+      return batch, -(-max(shares) // batch) // local
+  raise ValueError(f"no replica batch spreads {clips} clips evenly over {pipelines} input "
+                   f"pipelines of {local} replicas each; use fewer workers or devices")
+
+
+def _evaluation(strategy: tf.distribute.Strategy, params: Params, manifest: Manifest,
+                split: str = "validation") -> dict:
+  """fit's validation_data/validation_steps (or evaluate's x/steps) for one pass over `split`.
+
+  Under several replicas, each worker evaluates its shard, at a batch size
+  that never leaves a replica an empty batch (evaluation_batching): every
+  clip is evaluated exactly once, and the metrics, summed over replicas,
+  are those of one process. Keras needs the step count of a distributed
+  dataset.
+  """
+  def make(p, shard):
+    return input_fn(p, "eval", split=split, manifest=manifest, shard=shard)
+
+  if not _distributes_input(strategy):
+    return {"x": make(params, None), "steps": None}
+  replicas = strategy.num_replicas_in_sync
+  if _input_options(strategy) is not None:
+    pipelines = replicas
+  else:
+    task = cluster_lib.current_task()
+    pipelines = task.num_workers if task is not None else 1
+  batch, steps = evaluation_batching(cached_clips(params, manifest, split), pipelines, replicas,
+                                     params.batch_size)
+  return {"x": _input(strategy, params.replace(batch_size=batch * replicas), make),
+          "steps": steps}
+
+
+def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
+           chief: bool) -> Result:
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
   # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
   # model_dir.load_model reads both engines' checkpoints the same way.
   checkpoint = tf.train.Checkpoint(model)
-  manager = tf.train.CheckpointManager(checkpoint, params.model_dir,
-                                       max_to_keep=model_dir_lib.KEEP_CHECKPOINTS,
-                                       checkpoint_name=model_dir_lib.CHECKPOINT_NAME)
+  manager = _Checkpoints(checkpoint, params.model_dir, chief)
   if manager.latest_checkpoint:
     # v2 optimizers make their slots on the first step; make them now, so the
     # restore fills them at once and can check that everything matched.
@@ -101,38 +259,43 @@ def _train(params: Params, manifest: Manifest) -> Result:
 
   timer = StepTimer(steps_to_run=params.train_steps - step)
   meter = StallMeter()
-  validation = None
+  validation = _evaluation(strategy, params, manifest)
   if step < params.train_steps:
     every = params.eval_every_steps or params.train_steps
     # Epochs count from the global step, so TensorBoard's epoch summaries of a
     # resumed run carry on where the last one stopped.
     initial_epoch = step // every
+    callbacks = [
+        _GlobalSteps(manager, params.train_steps, meters=[timer]),
+        # Validation runs between batches, outside the steps this meter times.
+        # Only the chief writes summaries into model_dir.
+        KerasStallCallback(meter, os.path.join(params.model_dir, "train") if chief else None,
+                           every_steps=stall_log_every(params)),
+    ]
+    if chief:
+      callbacks.append(tf.keras.callbacks.TensorBoard(
+          params.model_dir, update_freq=params.log_every_steps or "epoch"))
     history = model.fit(
         # A resumed run continues the shuffle sequence instead of replaying its start.
-        metered_train_input(params, manifest, meter, seed_offset=step),
+        _input(strategy, params, lambda p, shard: metered_train_input(
+            p, manifest, meter, seed_offset=step, shard=shard)),
         steps_per_epoch=every,
         initial_epoch=initial_epoch,
         epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
-        validation_data=input_fn(params, "eval", manifest=manifest),
-        callbacks=[
-            _GlobalSteps(manager, params.train_steps, meters=[timer]),
-            # Validation runs between batches, outside the steps this meter times.
-            KerasStallCallback(meter, os.path.join(params.model_dir, "train"),
-                               every_steps=stall_log_every(params)),
-            tf.keras.callbacks.TensorBoard(params.model_dir,
-                                           update_freq=params.log_every_steps or "epoch"),
-        ])
+        validation_data=validation["x"],
+        validation_steps=validation["steps"],
+        callbacks=callbacks)
     # The last epoch's validation ran on the final weights.
     validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
   else:
     logging.info("audioclf: %s is already at step %d of %d; evaluating only",
                  params.model_dir, step, params.train_steps)
-    validation = model.evaluate(input_fn(params, "eval", manifest=manifest), return_dict=True,
+    validation = model.evaluate(validation["x"], steps=validation["steps"], return_dict=True,
                                 verbose=0)
   test = None
   if has_split(manifest, "test"):
-    test = model.evaluate(input_fn(params, "eval", split="test", manifest=manifest),
-                          return_dict=True, verbose=0)
+    test = _evaluation(strategy, params, manifest, "test")
+    test = model.evaluate(test["x"], steps=test["steps"], return_dict=True, verbose=0)
   return Result(
       steps=int(model.optimizer.iterations.numpy()),
       validation=metric_values(validation),
