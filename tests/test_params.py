@@ -65,6 +65,7 @@ REJECTED = [
     ("seed", 2**32, "must be >= 0 and <= 4294967295"),
     ("log_every_steps", -1, "must be >= 0"),
     ("prefetch_device", "gpu0", "must be auto, none or a device name such as /gpu:0"),
+    ("strategy", "tpu", "must be one of auto, mirrored"),
     ("tuner", "grid", "must be one of random, hyperband, bayesian"),
     ("max_trials", 0, "must be >= 1"),
     ("tune_dir", 7, "must be a string"),
