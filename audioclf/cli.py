@@ -53,6 +53,8 @@ _HELP = {
     "strategy": "Keras engine: auto (MultiWorkerMirroredStrategy when TF_CONFIG names several "
                 "workers, else one device) or mirrored (every GPU of this host, else its "
                 "logical CPUs).",
+    "data_service": "grpc://host:port of a tf.data service dispatcher (python -m "
+                    "audioclf.service): training batches come from its workers.",
     "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
     "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
     "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",

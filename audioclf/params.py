@@ -7,6 +7,7 @@ import json
 import math
 import numbers
 import operator
+import re
 import typing
 from typing import Any, Iterator, Optional
 
@@ -23,6 +24,7 @@ MODEL_NAMES = ("cnn", "ds_cnn")
 OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
 ENGINE_NAMES = ("keras", "estimator")
 STRATEGIES = ("auto", "mirrored")
+DATA_SERVICE_ADDRESS = re.compile(r"^grpc://[^:/\s]+:\d+$")
 TUNER_NAMES = ("random", "hyperband", "bayesian")
 MAX_CLIP_SECONDS = 600
 
@@ -90,6 +92,9 @@ class Params:
   # several workers, else one device) or "mirrored" (every GPU of this host,
   # or its logical CPUs).
   strategy: str = "auto"
+  # grpc://host:port of a tf.data service dispatcher (python -m audioclf.service):
+  # training batches come from its workers. None: from this host's pipeline.
+  data_service: Optional[str] = None
 
   # --- Hyperparameter search (python -m audioclf.tune).
   tuner: str = "random"  # "random" | "hyperband" | "bayesian"
@@ -222,6 +227,7 @@ RULES: dict[str, Rule] = {
     "log_every_steps": Rule(ge=0, why="0 logs once per evaluation"),
     "prefetch_device": _ANY,  # Its form is checked in _joint_problems.
     "strategy": Rule(choices=STRATEGIES),
+    "data_service": _ANY,  # Its form is checked in _joint_problems.
     "tuner": Rule(choices=TUNER_NAMES),
     "max_trials": Rule(ge=1),
     "tune_dir": _ANY,
@@ -275,6 +281,8 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if p.trial_steps < p.trial_epochs:
     yield (f"--trial_steps={p.trial_steps}: must be >= --trial_epochs={p.trial_epochs}, "
            "as each of a trial's epochs is trial_steps/trial_epochs steps")
+  if p.data_service is not None and not DATA_SERVICE_ADDRESS.match(p.data_service):
+    yield f"--data_service={p.data_service}: must be grpc://host:port, a dispatcher's address"
   if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):
     yield (f"--prefetch_device={p.prefetch_device}: must be auto, none or a device name such as "
            "/gpu:0")

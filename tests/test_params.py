@@ -66,6 +66,7 @@ REJECTED = [
     ("log_every_steps", -1, "must be >= 0"),
     ("prefetch_device", "gpu0", "must be auto, none or a device name such as /gpu:0"),
     ("strategy", "tpu", "must be one of auto, mirrored"),
+    ("data_service", "host:5050", "must be grpc://host:port"),
     ("tuner", "grid", "must be one of random, hyperband, bayesian"),
     ("max_trials", 0, "must be >= 1"),
     ("tune_dir", 7, "must be a string"),

@@ -1,0 +1,80 @@
+"""python -m audioclf.service dispatcher|worker: tf.data service servers for audioclf training.
+
+  # On one host (any; it does little work):
+  python -m audioclf.service dispatcher --port=5050
+  # On each input host, with the data and the same --cache_dir path as the trainer:
+  python -m audioclf.service worker --dispatcher=dispatcher-host:5050 --port=5051 \
+      --flagfile=flags/demo.flags
+  # On the training host:
+  python -m audioclf.train --flagfile=flags/demo.flags --data_service=grpc://dispatcher-host:5050
+
+A worker fills its cache for the flagfile's train split before it registers,
+so it never serves a half-filled cache. Both print a status line every
+--status_every_s seconds and end cleanly (exit 0) on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from absl import app, flags
+
+from audioclf import cli
+
+_PORT = flags.DEFINE_integer("port", 0, "Port to listen on (0: any free one, printed).",
+                             lower_bound=0)
+_DISPATCHER = flags.DEFINE_string("dispatcher", None,
+                                  "worker: the dispatcher's host:port.")
+_WORKER_HOST = flags.DEFINE_string("worker_host", None, "worker: the name trainers reach this "
+                                   "host by (default: its host name).")
+_STATUS_EVERY_S = flags.DEFINE_float("status_every_s", 60.0, "Seconds between status lines.",
+                                     lower_bound=0.1)
+
+ROLES = ("dispatcher", "worker")
+
+
+def _serve(server, status) -> None:
+  """Prints status() every --status_every_s until SIGTERM or SIGINT, then stops `server`."""
+  stop = threading.Event()
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda *_: stop.set())
+  start = time.monotonic()
+  while not stop.wait(_STATUS_EVERY_S.value):
+    print(f"{status()}; up {time.monotonic() - start:.0f} s", flush=True)
+  server.stop()
+  print("stopped", flush=True)
+
+
+def main(argv):
+  from audioclf import dataservice, pipeline  # pylint: disable=g-import-not-at-top
+  from audioclf import manifest as manifest_lib  # pylint: disable=g-import-not-at-top
+
+  if len(argv) != 2 or argv[1] not in ROLES:
+    raise app.UsageError(f"say which server to run: one of {ROLES}, got {argv[1:]}")
+  if argv[1] == "dispatcher":
+    server = dataservice.dispatcher(_PORT.value)
+    print(f"dispatcher listening at {server.target}", flush=True)
+    _serve(server, lambda: f"dispatcher {server.target}: {server._num_workers()} workers")  # pylint: disable=protected-access
+    return
+  if not _DISPATCHER.value:
+    raise app.UsageError("a worker needs --dispatcher=host:port")
+  params = cli.params_from_flags()
+  manifest = manifest_lib.load(params)
+  # Fill first: a worker serves a complete cache or nothing.
+  decoded = pipeline.fill_cache(params, manifest, splits=("train",))
+  print(f"cache ready ({decoded} files decoded) for {params.data_dir or params.manifest}",
+        flush=True)
+  server = dataservice.worker(_DISPATCHER.value, _PORT.value, _WORKER_HOST.value)
+  print(f"worker registered with {_DISPATCHER.value}", flush=True)
+  _serve(server, lambda: f"worker of {_DISPATCHER.value}: {server._num_tasks()} tasks")  # pylint: disable=protected-access
+
+
+def run():
+  cli.define_flags()
+  cli.run(main)
+
+
+if __name__ == "__main__":
+  run()
