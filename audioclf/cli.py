@@ -39,7 +39,7 @@ _HELP = {
     "model": "Model family from audioclf.models.MODELS.",
     "width": "Base number of filters.",
     "dropout": "Dropout rate before the classifier.",
-    "engine": "Training engine: keras (model.fit) or estimator (model_to_estimator).",
+    "engine": "Training engine: keras (model.fit) or estimator (model_to_estimator; legacy stack).",
     "model_dir": "Where checkpoints, logs, labels.txt, params.json and metrics.json go.",
     "train_steps": "Total training steps (a resumed run continues up to this count).",
     "eval_every_steps": "Evaluate every this many steps; 0 evaluates once at the end.",

@@ -22,7 +22,9 @@ import audioclf
 from audioclf import cli
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
+from audioclf import models
 from audioclf import report as report_lib
+from audioclf.compat import keras
 from audioclf.params import Params
 from audioclf.pipeline import input_fn
 
@@ -61,7 +63,7 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
     engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
     checkpoint = model_dir_lib.latest_checkpoint(model_dir)  # Once: training may add one meanwhile.
     model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
-    predict = model.predict_on_batch
+    predict = models.predict_fn(model)
     results = {"model_dir": model_dir, "engine": engine, "split": split,
                "steps": model_dir_lib.checkpoint_step(checkpoint)}
     where = model_dir
@@ -73,7 +75,7 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
   probabilities, y_true = report_lib.classify(
       predict, input_fn(params, "eval", split=split, manifest=manifest))
   # The loss the model was compiled with, over every example at once.
-  loss = tf.keras.losses.sparse_categorical_crossentropy(y_true, probabilities)
+  loss = keras.losses.sparse_categorical_crossentropy(y_true, probabilities)
   results.update(files=len(examples), loss=float(np.mean(loss.numpy(), dtype=np.float64)),
                  accuracy=float(np.mean(probabilities.argmax(axis=1) == y_true)))
   if report:

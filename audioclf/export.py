@@ -20,6 +20,8 @@ from absl import flags
 import audioclf
 from audioclf import cli
 from audioclf import model_dir as model_dir_lib
+from audioclf import models
+from audioclf.compat import keras
 from audioclf.models import INPUT_NAME
 from audioclf.params import Params
 
@@ -29,7 +31,7 @@ FLAGS = flags.FLAGS
 class Classifier(tf.Module):
   """The served model: raw audio in; probabilities and label names out."""
 
-  def __init__(self, model: tf.keras.Model, labels: Sequence[str], clip_samples: int):
+  def __init__(self, model: keras.Model, labels: Sequence[str], clip_samples: int):
     super().__init__()
     self.model = model
     self._labels = tuple(labels)
@@ -38,7 +40,7 @@ class Classifier(tf.Module):
         input_signature=[tf.TensorSpec([None, clip_samples], tf.float32, name=INPUT_NAME)])
 
   def _serve(self, waveform):
-    probabilities = self.model(waveform, training=False)
+    probabilities = self.model(models.inputs(waveform), training=False)
     names = tf.constant(self._labels)
     return {
         "probabilities": probabilities,  # float32 [batch, classes]

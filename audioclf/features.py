@@ -7,11 +7,13 @@ from typing import Optional
 
 import tensorflow as tf
 
+from audioclf import compat
+from audioclf.compat import keras
 from audioclf.params import Params
 
 
-@tf.keras.saving.register_keras_serializable(package="audioclf")
-class LogMelSpectrogram(tf.keras.layers.Layer):
+@keras.saving.register_keras_serializable(package="audioclf")
+class LogMelSpectrogram(keras.layers.Layer):
   """float32 waveforms [batch, samples] -> log-mel energies [batch, frames, n_mels].
 
   Computing features inside the model means training, evaluation, the
@@ -73,10 +75,9 @@ class LogMelSpectrogram(tf.keras.layers.Layer):
     return max(0, 1 + (num_samples - self.frame_length) // self.frame_step)
 
   def compute_output_shape(self, input_shape):
-    input_shape = tf.TensorShape(input_shape)
-    samples = input_shape[-1]
+    *batch, samples = tf.TensorShape(input_shape).as_list()
     frames = None if samples is None else self.num_frames(samples)
-    return input_shape[:-1].concatenate([frames, self.n_mels])
+    return (*batch, frames, self.n_mels)
 
   def get_config(self):
     config = super().get_config()
@@ -91,8 +92,8 @@ class LogMelSpectrogram(tf.keras.layers.Layer):
                stride_ms=params.stride_ms, fmin=params.fmin, fmax=params.fmax, **kwargs)
 
 
-@tf.keras.saving.register_keras_serializable(package="audioclf")
-class SpecAugment(tf.keras.layers.Layer):
+@keras.saving.register_keras_serializable(package="audioclf")
+class SpecAugment(keras.layers.Layer):
   """Masks random frequency bands and time spans of [batch, frames, bins], in training only.
 
   After Park et al. 2019, "SpecAugment", without time warping (which buys
@@ -111,10 +112,9 @@ class SpecAugment(tf.keras.layers.Layer):
 
   def call(self, inputs, training: Optional[bool] = None):
     if training is None:
-      # Graph-mode Keras (the model that model_to_estimator clones) leaves
-      # `training` unset and says it through the learning phase instead, as
-      # Dropout reads it. Eager Keras always passes a bool.
-      training = tf.keras.backend.learning_phase()
+      # Graph-mode Keras 2 (the model that model_to_estimator clones) says it
+      # through the learning phase; a plain Keras 3 call means inference.
+      training = compat.learning_phase()
     if isinstance(training, (bool, int)):
       return self._mask(inputs) if training else inputs
     # A symbolic learning phase (graph-mode Keras) decides at run time.

@@ -2,7 +2,8 @@
 
   <model_dir>/
     labels.txt          the label vocabulary, one per line, in id order
-    params.json         the Params of the (latest) run
+    params.json         the Params of the (latest) run, and the stack that wrote it
+                        ("stack": TensorFlow major.minor, Keras major version)
     metrics.json        final metrics, the same dict the run prints as its last line
     checkpoint, model.ckpt-<step>.*   object-based checkpoints rooted at the Keras
                                       model, from either engine
@@ -12,6 +13,10 @@ model (`layer_with_weights-0/kernel/...`): the Keras engine saves
 `tf.train.Checkpoint(model)`, and model_to_estimator's default
 `checkpoint_format="checkpoint"` saves the same graph of objects from its clone.
 So `load_model` restores either engine's model_dir the same way.
+
+A model_dir belongs to the stack that wrote it (`written_by`): Keras 2 and
+Keras 3 name a model's checkpoint keys differently, so a command on the other
+stack refuses it with the command that converts it (audioclf.migrate).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
+from audioclf import compat
+from audioclf.compat import keras
 from audioclf.params import Params
 
 LABELS_FILE = "labels.txt"
@@ -29,6 +36,7 @@ PARAMS_FILE = "params.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_NAME = "model.ckpt"  # The Estimator's name; the Keras engine uses it too.
 KEEP_CHECKPOINTS = 5  # The Estimator's default, for both engines.
+STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.stack_record().
 
 # Fields that decide the variables or what they mean: a checkpoint only makes
 # sense in a model built with the same values. (learning_rate, train_steps or
@@ -56,6 +64,54 @@ def read_labels(model_dir: str) -> list[str]:
     return [line.rstrip("\n") for line in f if line.strip()]
 
 
+def written_by(model_dir: str) -> dict[str, Any]:
+  """The stack that wrote model_dir, as params.json records it: {"name", "tensorflow", "keras"}.
+
+  A params.json without the record is from before audioclf ran on two stacks;
+  its checkpoint's keys then tell the Keras version (tensorflow is None), and
+  with no checkpoint either it is the legacy stack's, the only one there was.
+
+  Raises:
+    ModelDirError: model_dir holds no params.json.
+  """
+  path = os.path.join(model_dir, PARAMS_FILE)
+  if not os.path.isfile(path):
+    raise ModelDirError(f"{model_dir!r} holds no {PARAMS_FILE}: not a model_dir audioclf trained")
+  with open(path) as f:
+    record = json.load(f).get(STACK_KEY)
+  if record:
+    return record
+  latest = tf.train.latest_checkpoint(model_dir)
+  if latest:
+    major = compat.checkpoint_keras_major(name for name, _ in tf.train.list_variables(latest))
+    return {"name": compat.CURRENT_STACK if major >= 3 else compat.LEGACY_STACK,
+            "tensorflow": None, "keras": major}
+  return {"name": compat.LEGACY_STACK, "tensorflow": "2.15", "keras": 2}
+
+
+def check_stack(model_dir: str) -> None:
+  """Raises ModelDirError, naming what to run, if model_dir was written by the other stack.
+
+  Both stacks read their own Keras major version's checkpoints, whatever the
+  TensorFlow minor version; Keras 2 and 3 checkpoints differ in their keys.
+  """
+  stack = written_by(model_dir)
+  if int(stack["keras"]) == compat.stack_record()["keras"]:
+    return
+  wrote = (f"{model_dir!r} was written by the {stack['name']} stack (TensorFlow "
+           f"{stack.get('tensorflow') or '?'}, Keras {stack['keras']})")
+  here = (f"this is the {compat.STACK} stack (TensorFlow {tf.__version__}, "
+          f"Keras {keras.__version__})")
+  if compat.KERAS3:
+    target = f"{model_dir.rstrip(os.sep)}-keras3"
+    raise ModelDirError(
+        f"{wrote}, and {here}, which reads it once migrated: run python -m audioclf.migrate "
+        f"--from_model_dir={model_dir} --to_model_dir={target} and use {target}; or run this "
+        f"command on {compat.HOW_TO_GET[compat.LEGACY_STACK]}")
+  raise ModelDirError(f"{wrote}, and {here}, which cannot read Keras 3 checkpoints: run this "
+                      f"command on {compat.HOW_TO_GET[compat.CURRENT_STACK]}")
+
+
 def check_same_model(saved: Params, params: Params, model_dir: str) -> None:
   """Raises ModelDirError if `params` would build a model the checkpoints do not fit."""
   diffs = [f"--{name}={getattr(saved, name)} (was) vs {getattr(params, name)} (now)"
@@ -81,6 +137,7 @@ def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:
   if not model_dir:
     raise ModelDirError("model_dir is required: it receives checkpoints, logs and metrics")
   if os.path.isfile(os.path.join(model_dir, PARAMS_FILE)):
+    check_stack(model_dir)  # First: the other checks' advice is for this stack's model_dirs.
     saved = read_params(model_dir)
     if saved.engine != params.engine:
       raise ModelDirError(
@@ -100,7 +157,14 @@ def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:
     return
   os.makedirs(model_dir, exist_ok=True)
   _write_text(os.path.join(model_dir, LABELS_FILE), "".join(f"{label}\n" for label in labels))
-  _write_text(os.path.join(model_dir, PARAMS_FILE), params.to_json() + "\n")
+  write_params(model_dir, params)
+
+
+def write_params(model_dir: str, params: Params) -> None:
+  """Writes params.json: `params`, and this stack's record (see written_by)."""
+  record = {**params.to_dict(), STACK_KEY: compat.stack_record()}
+  _write_text(os.path.join(model_dir, PARAMS_FILE), json.dumps(record, indent=2, sort_keys=True)
+              + "\n")
 
 
 def write_metrics(model_dir: str, metrics: dict[str, Any]) -> None:
@@ -121,19 +185,17 @@ def latest_checkpoint(model_dir: str) -> str:
 
 
 def checkpoint_step(path: str) -> int:
-  """The global step a checkpoint of either engine was saved at."""
+  """The global step a checkpoint of either engine, on either stack, was saved at."""
   reader = tf.train.load_checkpoint(path)
-  for key in ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",  # Keras fit, v2 optimizer.
-              "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",  # Keras fit, legacy optimizer.
-              "estimator_global_step/.ATTRIBUTES/VARIABLE_VALUE"):  # model_to_estimator.
+  for key in compat.STEP_KEYS:
     if reader.has_tensor(key):
       return int(reader.get_tensor(key))
   raise ModelDirError(f"{path!r} records no step: not a checkpoint audioclf wrote")
 
 
 def load_model(model_dir: str, params: Optional[Params] = None,
-               checkpoint: Optional[str] = None) -> tuple[tf.keras.Model, Params, list[str]]:
-  """The trained, compiled Keras model of a model_dir from either engine.
+               checkpoint: Optional[str] = None) -> tuple[keras.Model, Params, list[str]]:
+  """The trained, compiled Keras model of a model_dir from either engine of this stack.
 
   Args:
     model_dir: a folder a training run wrote.
@@ -145,12 +207,13 @@ def load_model(model_dir: str, params: Optional[Params] = None,
     (model, params, labels).
 
   Raises:
-    ModelDirError: no params.json, labels.txt or checkpoint, or params that
-      build another model.
+    ModelDirError: no params.json, labels.txt or checkpoint, params that
+      build another model, or a model_dir of the other stack.
   """
   from audioclf import models  # Here, so reading labels or metrics needs no Keras.
 
   saved = read_params(model_dir)
+  check_stack(model_dir)
   params = params or saved
   check_same_model(saved, params, model_dir)
   labels = read_labels(model_dir)
@@ -160,7 +223,9 @@ def load_model(model_dir: str, params: Optional[Params] = None,
   # holds optimizer slots, and a deferred restore of a legacy (Estimator)
   # optimizer's slots into a v2 optimizer raises, while a matching one is fine.
   models.compile_model(model, params.replace(engine=saved.engine))
-  status = model.load_weights(checkpoint)
+  # Both engines write tf.train.Checkpoint(model). Keras 2's load_weights reads
+  # that format too, but Keras 3's reads only .weights.h5 files.
+  status = tf.train.Checkpoint(model).read(checkpoint)
   # Every variable of the model must come from the checkpoint; the optimizer's
   # slots are left unused, since evaluation and export never create them.
   status.assert_existing_objects_matched().expect_partial()

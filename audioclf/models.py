@@ -10,13 +10,15 @@ from typing import Callable
 
 import tensorflow as tf
 
+from audioclf import compat
+from audioclf.compat import keras
 from audioclf.features import LogMelSpectrogram, SpecAugment
 from audioclf.params import Params
 
 INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.
 OUTPUT_NAME = "probabilities"
 
-layers = tf.keras.layers
+layers = keras.layers
 
 
 def _batch_norm(name):
@@ -83,7 +85,7 @@ MODELS: dict[str, Callable[[tf.Tensor, Params], tf.Tensor]] = {
 _OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
 
 
-def build_model(params: Params, num_classes: int) -> tf.keras.Model:
+def build_model(params: Params, num_classes: int) -> keras.Model:
   """The classifier `params.model` describes, from raw audio to class probabilities.
 
   Args:
@@ -92,8 +94,9 @@ def build_model(params: Params, num_classes: int) -> tf.keras.Model:
       in so that building a model never scans the data.
 
   Returns:
-    An uncompiled functional keras.Model: input "waveform" float32
-    [batch, clip_samples], output "probabilities" float32 [batch, num_classes].
+    An uncompiled functional keras.Model: inputs {"waveform": float32
+    [batch, clip_samples]} (call it with `inputs(waveforms)`), output
+    "probabilities" float32 [batch, num_classes].
 
   Raises:
     ValueError: an unknown model name, or fewer than two classes.
@@ -102,7 +105,7 @@ def build_model(params: Params, num_classes: int) -> tf.keras.Model:
     raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(MODELS)}")
   if num_classes < 2:
     raise ValueError(f"a classifier needs at least two classes, got num_classes={num_classes}")
-  waveform = tf.keras.Input(shape=(params.clip_samples,), dtype=tf.float32, name=INPUT_NAME)
+  waveform = keras.Input(shape=(params.clip_samples,), dtype="float32", name=INPUT_NAME)
   log_mel = LogMelSpectrogram.from_params(params, name="log_mel")
   x = log_mel(waveform)
   if params.spec_augment:
@@ -119,22 +122,33 @@ def build_model(params: Params, num_classes: int) -> tf.keras.Model:
   x = MODELS[params.model](x, params)
   x = layers.Dropout(params.dropout, name="dropout")(x)
   probabilities = layers.Dense(num_classes, activation="softmax", name=OUTPUT_NAME)(x)
-  return tf.keras.Model(waveform, probabilities, name=params.model)
+  # Inputs as a dict, the structure input_fn's features have: Keras 3 warns on
+  # every call whose inputs are shaped otherwise.
+  return keras.Model({INPUT_NAME: waveform}, probabilities, name=params.model)
 
 
-def make_optimizer(params: Params) -> tf.keras.optimizers.Optimizer:
+def inputs(waveforms):
+  """The model's inputs for waveforms [batch, clip_samples]: the dict the model was built with."""
+  return {INPUT_NAME: waveforms}
+
+
+def predict_fn(model: keras.Model):
+  """`model` as a function of float32 waveforms [batch, clip_samples] -> probabilities (numpy)."""
+  return lambda waveforms: model.predict_on_batch(inputs(waveforms))
+
+
+def make_optimizer(params: Params) -> keras.optimizers.Optimizer:
   """The optimizer `params.optimizer` names, at `params.learning_rate` and its schedule.
 
-  The Estimator engine gets the legacy optimizer class: model_to_estimator
-  clones the model into a TF1 graph, where only `tf.keras.optimizers.legacy`
-  works (it would otherwise convert the optimizer itself, with a warning).
+  The Estimator engine gets the optimizer family model_to_estimator needs
+  (`compat.optimizers`).
 
   Raises:
     ValueError: an unknown optimizer name.
   """
   if params.optimizer not in _OPTIMIZERS:
     raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(_OPTIMIZERS)}")
-  family = tf.keras.optimizers.legacy if params.engine == "estimator" else tf.keras.optimizers
+  family = compat.optimizers(for_estimator=params.engine == "estimator")
   return getattr(family, _OPTIMIZERS[params.optimizer])(learning_rate=learning_rate(params))
 
 
@@ -149,17 +163,17 @@ def learning_rate(params: Params):
   if params.lr_schedule == "cosine":
     # Large steps find the region fast, small ones settle in it: the last
     # evaluations stop swinging with the noise of single batches.
-    return tf.keras.optimizers.schedules.CosineDecay(params.learning_rate, params.train_steps)
+    return keras.optimizers.schedules.CosineDecay(params.learning_rate, params.train_steps)
   raise ValueError(f"unknown lr_schedule {params.lr_schedule!r}; choose constant or cosine")
 
 
-def compile_model(model: tf.keras.Model, params: Params) -> tf.keras.Model:
+def compile_model(model: keras.Model, params: Params) -> keras.Model:
   """Compiles `model` with the run's optimizer, the loss and the metric every engine reports.
 
   Returns:
     `model`, for chaining.
   """
   model.compile(optimizer=make_optimizer(params),
-                loss=tf.keras.losses.SparseCategoricalCrossentropy(),
-                metrics=[tf.keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+                loss=keras.losses.SparseCategoricalCrossentropy(),
+                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
   return model

@@ -25,6 +25,7 @@ from absl import logging
 from audioclf import cli
 from audioclf import decode
 from audioclf import model_dir as model_dir_lib
+from audioclf import models
 from audioclf.manifest import AUDIO_EXTENSIONS
 from audioclf.params import Params
 
@@ -81,6 +82,7 @@ def predict(model_dir: str, paths: Sequence[str],
   """
   model, params, labels = model_dir_lib.load_model(model_dir, params)
   files = audio_files(paths)
+  predict_batch = models.predict_fn(model)
   results = []
   for start in range(0, len(files), params.batch_size):
     batch_files, waveforms = [], []
@@ -96,7 +98,7 @@ def predict(model_dir: str, paths: Sequence[str],
       waveforms.append(center_clip(samples, params.clip_samples))
     if not waveforms:
       continue
-    probabilities = model.predict_on_batch(np.stack(waveforms))
+    probabilities = predict_batch(np.stack(waveforms))
     for path, p in zip(batch_files, probabilities):
       best = int(np.argmax(p))
       results.append((path, labels[best], float(p[best])))

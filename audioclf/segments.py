@@ -211,8 +211,10 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   from absl import logging  # pylint: disable=g-import-not-at-top
 
   from audioclf import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
+  from audioclf import models  # pylint: disable=g-import-not-at-top
 
   model, params, labels = model_dir_lib.load_model(model_dir, params)
+  predict = models.predict_fn(model)
   clip = params.clip_samples
   hop = int(round((hop_seconds or params.clip_seconds / 2) * params.sample_rate))
   if not 0 < hop <= clip:
@@ -222,7 +224,7 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   for path in paths:
     try:
       starts, probabilities = window_probabilities(
-          model.predict_on_batch, path, clip, hop, params.sample_rate, params.resample_quality,
+          predict, path, clip, hop, params.sample_rate, params.resample_quality,
           params.batch_size)
       length = duration(path)
     except decode.BadAudioError as e:

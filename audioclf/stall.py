@@ -22,6 +22,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from audioclf.compat import keras
+
 
 class StallMeter:
   """Accumulates per-step input waits; thread-safe, cheap, engine-agnostic.
@@ -129,7 +131,7 @@ def _inline_map(dataset: tf.data.Dataset, fn) -> tf.data.Dataset:
     return dataset.map(fn)
 
 
-class KerasStallCallback(tf.keras.callbacks.Callback):
+class KerasStallCallback(keras.callbacks.Callback):
   """Marks Keras fit's steps for a StallMeter and logs the stall fraction.
 
   The scalar `input/stall_fraction` (the share of the last `every_steps`

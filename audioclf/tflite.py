@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from audioclf.compat import keras
 from audioclf.features import LogMelSpectrogram
 from audioclf.params import Params
 
@@ -92,7 +93,7 @@ def on_device(model):
     cls = BandedLogMelSpectrogram if type(layer) is LogMelSpectrogram else type(layer)
     return cls.from_config(layer.get_config())
 
-  banded = tf.keras.models.clone_model(model, clone_function=clone)
+  banded = keras.models.clone_model(model, clone_function=clone)
   banded.set_weights(model.get_weights())
   return banded
 
@@ -288,6 +289,7 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
 
   from audioclf import manifest as manifest_lib  # pylint: disable=g-import-not-at-top
   from audioclf import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
+  from audioclf import models  # pylint: disable=g-import-not-at-top
   from audioclf.pipeline import input_fn  # pylint: disable=g-import-not-at-top
 
   unknown = [q for q in quantize if q not in QUANTIZATIONS]
@@ -306,7 +308,7 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
 
   manifest = manifest_lib.load(params)
   split = check_split if manifest.split(check_split) else "validation"
-  checked = compare(model.predict_on_batch, {q: Runner(c) for q, c in contents.items()},
+  checked = compare(models.predict_fn(model), {q: Runner(c) for q, c in contents.items()},
                     input_fn(params, "eval", split=split, manifest=manifest))
   float_bytes = len(contents["none"]) if "none" in contents else None
   variants = {}

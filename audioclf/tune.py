@@ -39,13 +39,13 @@ import keras_tuner as kt
 import psutil
 import tensorflow as tf
 from absl import app, logging
-from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-direct-tensorflow-import
 
 import audioclf
-from audioclf import cache, cli, models, pipeline
+from audioclf import cache, cli, compat, models, pipeline
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
 from audioclf.engines.common import prefetch_device
+from audioclf.compat import keras
 from audioclf.manifest import Manifest
 from audioclf.params import ParamError, Params
 
@@ -101,23 +101,27 @@ class AudioHyperModel(kt.HyperModel):
                             default=p.optimizer),
     )
 
-  def build(self, hp: kt.HyperParameters) -> tf.keras.Model:
+  def build(self, hp: kt.HyperParameters) -> keras.Model:
     # Drop the previous trial's Keras graph, model and layer-name counters
     # before building the next one. (Its traced train step is let go of
-    # separately, after the trial: see _forget_custom_gradients.)
-    tf.keras.backend.clear_session()
+    # separately, after the trial: see compat.forget_trial_gradients.)
+    keras.backend.clear_session()
     gc.collect()
     params = self.trial_params(hp)
     # Every trial starts from the same seed, so trials differ by their
     # hyperparameters, not by their luck at initialisation.
-    tf.keras.utils.set_random_seed(params.seed)
-    model = models.build_model(params, len(self.manifest.labels))
-    return models.compile_model(model, params)
+    keras.utils.set_random_seed(params.seed)
+    model = models.compile_model(models.build_model(params, len(self.manifest.labels)), params)
+    # The optimizer's slots, made now rather than by the first step: a trial's
+    # weights file holds them, and Keras 3 skips restoring an optimizer that
+    # has none yet (tuner.load_model, in save_best_model), step count included.
+    model.optimizer.build(model.trainable_variables)
+    return model
 
-  def fit(self, hp: kt.HyperParameters, model: tf.keras.Model,
-          callbacks: Optional[Sequence[tf.keras.callbacks.Callback]] = None,
+  def fit(self, hp: kt.HyperParameters, model: keras.Model,
+          callbacks: Optional[Sequence[keras.callbacks.Callback]] = None,
           epochs: Optional[int] = None, initial_epoch: int = 0, verbose: int = 2,
-          **kwargs: Any) -> tf.keras.callbacks.History:
+          **kwargs: Any) -> keras.callbacks.History:
     """Trains `model` on the trial's input_fn: `trial_epochs` epochs of trial_steps in all.
 
     The datasets are made here, not once for the search: the batch size is a
@@ -139,6 +143,7 @@ class AudioHyperModel(kt.HyperModel):
         initial_epoch=initial_epoch,
         validation_data=pipeline.input_fn(params, "eval", manifest=self.manifest),
         callbacks=list(callbacks or []),
+        shuffle=False,  # input_fn shuffles; Keras 3 warns that a dataset ignores shuffle=True.
         verbose=verbose)
 
 
@@ -164,12 +169,12 @@ class _TrialHooks:
     super().__init__(*args, **kwargs)
 
   def on_trial_begin(self, trial):
-    self._begin = (time.perf_counter(), cache.decode_count(), set(_gradient_registry()))
+    self._begin = (time.perf_counter(), cache.decode_count(), compat.trial_gradient_names())
     super().on_trial_begin(trial)
 
   def on_trial_end(self, trial):
     start, decoded, gradients = self._begin
-    _forget_custom_gradients(keep=gradients)
+    compat.forget_trial_gradients(keep=gradients)
     gc.collect()
     record = {"decoded": cache.decode_count() - decoded,
               "seconds": round(time.perf_counter() - start, 2),
@@ -181,30 +186,6 @@ class _TrialHooks:
                  record["rss_mb"])
     self.trials_run += 1
     super().on_trial_end(trial)
-
-
-def _gradient_registry() -> dict:
-  # pylint: disable-next=protected-access
-  registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
-  return registry if isinstance(registry, dict) else {}
-
-
-def _forget_custom_gradients(keep: set) -> None:
-  """Unregisters the gradient functions a trial's train step registered for good.
-
-  Every trace of Keras' train step aggregates gradients through
-  `ReplicaContext.all_reduce`, a `tf.custom_gradient`, which in a graph
-  registers its gradient function under a new name in TensorFlow's global
-  gradient registry and never removes it; that function holds the whole
-  traced train step. clear_session cannot reach it, so each trial kept its
-  graphs alive: 9 to 14 MB a trial for the small models here
-  (tensorflow#61791, tf-keras#286). The registry is only read while a graph is differentiated,
-  which a finished trial's graphs never are again. Names in `keep` (there
-  before the trial) stay.
-  """
-  registry = _gradient_registry()
-  for name in [n for n in registry if n.startswith("CustomGradient-") and n not in keep]:
-    del registry[name]
 
 
 class _RandomSearch(_TrialHooks, kt.RandomSearch):
@@ -304,7 +285,7 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
   tuner = make_tuner(params, hypermodel, tune_dir)
   # keras-tuner points a copy of this callback at tb/<trial id>/execution0 for
   # each trial, and adds the HParams summary of the trial's values.
-  board = tf.keras.callbacks.TensorBoard(os.path.join(tune_dir, TENSORBOARD), write_graph=False)
+  board = keras.callbacks.TensorBoard(os.path.join(tune_dir, TENSORBOARD), write_graph=False)
   # Each trial traces a new model's functions, by design; TensorFlow's warning
   # about frequent retracing would repeat after every trial and say nothing.
   quiet = _DropRetracingWarnings()
@@ -363,10 +344,9 @@ def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Param
   params = params.replace(model_dir=path)
   if _holds_trial(path, trial, params):
     return path  # A rerun with the same best: keep it, and anything exported from it.
+  # With the optimizer's slots and step (AudioHyperModel.build makes them), so
+  # train can continue from this model_dir.
   model = tuner.load_model(trial)
-  # The trial's checkpoint also holds the optimizer's slots; make them, so
-  # they are restored and kept: train can then continue from this model_dir.
-  model.optimizer.build(model.trainable_variables)
   # A rerun whose best trial changed replaces the folder: never two models in one.
   shutil.rmtree(path, ignore_errors=True)
   model_dir_lib.prepare(params, manifest.labels)

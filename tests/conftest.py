@@ -1,4 +1,13 @@
-"""Shared fixtures: seeds, and tiny audio datasets written with soundfile in tmp_path."""
+"""Shared fixtures: seeds, tiny audio datasets written with soundfile in tmp_path, and the stack markers.
+
+A test that only one stack can run says so with a marker, and is skipped on
+the other with the reason in pytest's summary (`-rs`), never dropped:
+
+  @pytest.mark.legacy_only    needs tf.estimator or Keras 2 (Python 3.11, TF 2.15)
+  @pytest.mark.current_only   needs Keras 3 (Python 3.12+, TF >= 2.20)
+
+ENGINES parametrizes a test over the engines, the Estimator marked legacy_only.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +19,30 @@ import pytest
 import soundfile as sf
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ENGINES = ("keras", pytest.param("estimator", marks=pytest.mark.legacy_only))
+# A command-line check of an Estimator's model_dir where the stack has one, else of a Keras
+# one: exactly one of the two runs on each stack.
+ESTIMATOR_ELSE_KERAS = (pytest.param("estimator", marks=pytest.mark.legacy_only),
+                        pytest.param("keras", marks=pytest.mark.current_only))
+
+
+def pytest_collection_modifyitems(config, items):
+  from audioclf import compat
+  here = (f"this is the {compat.STACK} stack (TensorFlow {compat.TF_VERSION[0]}."
+          f"{compat.TF_VERSION[1]}, Keras {compat.keras.__version__})")
+  skips = {
+      "legacy_only": None if compat.ESTIMATOR else pytest.mark.skip(
+          reason=f"needs the legacy stack (tf.estimator, Keras 2; tools/test.sh runs it in "
+                 f".venv-legacy where Python 3.11 exists): {here}"),
+      "current_only": None if compat.KERAS3 else pytest.mark.skip(
+          reason=f"needs the current stack (Keras 3; tools/test.sh runs it in .venv where "
+                 f"Python 3.12 or 3.13 exists): {here}"),
+  }
+  for item in items:
+    for marker, skip in skips.items():
+      if skip is not None and marker in item.keywords:
+        item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -97,7 +97,7 @@ def truncated_flac_dataset(tmp_path):
 
 
 @pytest.mark.parametrize("engine", [
-    "keras", pytest.param("estimator", marks=pytest.mark.slow)])
+    "keras", pytest.param("estimator", marks=[pytest.mark.slow, pytest.mark.legacy_only])])
 def test_a_bad_file_found_while_training_ends_in_one_line_naming_it(tmp_path, engine):
   # The file is decoded inside tf.data's tf.numpy_function, so its error
   # reaches the command wrapped in TensorFlow's; the line is read back from it.

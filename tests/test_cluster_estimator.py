@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("tensorflow_estimator", reason="the Estimator engine runs on the legacy stack")
+from audioclf import Params, cli
 
-from audioclf import Params, cli  # pylint: disable=g-import-not-at-top
+pytestmark = pytest.mark.legacy_only  # The Estimator engine.
 
 
 @pytest.mark.slow

@@ -11,10 +11,9 @@ import pytest
 import tensorflow as tf
 
 import audioclf
-from audioclf import Params, cli, manifest as manifest_lib, model_dir as model_dir_lib
-from conftest import TRAIN_STEPS, write_tone_dataset
+from audioclf import Params, cli, compat, manifest as manifest_lib, model_dir as model_dir_lib
+from conftest import ENGINES, TRAIN_STEPS, write_tone_dataset
 
-ENGINES = ("keras", "estimator")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -55,6 +54,7 @@ def test_metrics_dict_and_summary_line(trained, engine):
   assert json.loads(line) == metrics
 
 
+@pytest.mark.legacy_only
 def test_engines_reach_comparable_accuracy(trained):
   # Same seed, same data, same steps, same model: the two engines must agree.
   keras_metrics, estimator_metrics = trained("keras")[1], trained("estimator")[1]
@@ -86,6 +86,7 @@ def test_resume_continues_the_step_count(trained, engine, tmp_path):
   assert again["val_accuracy"] == pytest.approx(resumed["val_accuracy"])
 
 
+@pytest.mark.legacy_only
 def test_other_engines_model_dir_is_refused(trained, tmp_path):
   params, _ = trained("keras")
   model_dir = str(tmp_path / "model")
@@ -137,6 +138,74 @@ def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
   with pytest.raises(ValueError, match=r"--engine=jax: must be one of keras, estimator"):
     audioclf.train(params.replace(engine="jax"))
   assert not os.path.exists(tmp_path / "m")
+
+
+@pytest.mark.current_only
+def test_estimator_engine_says_which_stack_it_needs(tmp_path):
+  params = Params(data_dir=str(tmp_path / "missing"), model_dir=str(tmp_path / "m"),
+                  engine="estimator")
+  with pytest.raises(compat.StackError, match=r"needs the legacy stack \(Python 3.11, TensorFlow "
+                     r"2.15.*AUDIOCLF_STACK=legacy tools/demo.sh.*--engine=keras"):
+    audioclf.train(params)
+  assert not os.path.exists(tmp_path / "m")  # Refused before the data or model_dir is touched.
+
+
+@pytest.mark.slow
+@pytest.mark.current_only
+def test_estimator_engine_on_the_current_stack_ends_the_command_in_one_line(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "audioclf.train", "--engine=estimator",
+       f"--data_dir={tmp_path / 'missing'}", f"--model_dir={tmp_path / 'm'}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      env={k: v for k, v in os.environ.items() if k != "AUDIOCLF_TRACEBACK"})
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("audioclf: error: --engine=estimator needs tf.estimator"), last
+  assert "AUDIOCLF_STACK=legacy tools/demo.sh" in last and "Traceback" not in proc.stderr
+
+
+def _as_other_stack(model_dir):
+  """Rewrites model_dir's stack record as the other stack's (as if that stack had written it)."""
+  path = os.path.join(model_dir, "params.json")
+  with open(path) as f:
+    record = json.load(f)
+  record["stack"] = ({"name": "legacy", "tensorflow": "2.15", "keras": 2} if compat.KERAS3 else
+                     {"name": "current", "tensorflow": "2.21", "keras": 3})
+  with open(path, "w") as f:
+    json.dump(record, f)
+
+
+def test_params_json_records_the_stack(trained, tmp_path):
+  params, _ = trained("keras")
+  with open(os.path.join(params.model_dir, "params.json")) as f:
+    stack = json.load(f)["stack"]
+  assert stack == model_dir_lib.written_by(params.model_dir) == compat.stack_record()
+  assert stack["keras"] == (3 if compat.KERAS3 else 2)
+  assert stack["tensorflow"] == ".".join(tf.__version__.split(".")[:2])
+  # A params.json from before the record: the checkpoint's keys tell its Keras.
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  with open(os.path.join(model_dir, "params.json")) as f:
+    record = json.load(f)
+  del record["stack"]
+  with open(os.path.join(model_dir, "params.json"), "w") as f:
+    json.dump(record, f)
+  assert model_dir_lib.written_by(model_dir)["keras"] == stack["keras"]
+
+
+def test_other_stacks_model_dir_names_what_to_run(trained, tmp_path):
+  from audioclf import evaluate, export  # pylint: disable=g-import-not-at-top
+  params, _ = trained("keras")
+  model_dir = str(tmp_path / "model")
+  shutil.copytree(params.model_dir, model_dir)
+  _as_other_stack(model_dir)
+  want = (rf"written by the legacy stack .*python -m audioclf.migrate "
+          rf"--from_model_dir={model_dir} --to_model_dir={model_dir}-keras3" if compat.KERAS3 else
+          r"written by the current stack .*AUDIOCLF_STACK=current")
+  for command in (lambda: audioclf.train(params.replace(model_dir=model_dir, train_steps=50)),
+                  lambda: evaluate(model_dir), lambda: export(model_dir)):
+    with pytest.raises(model_dir_lib.ModelDirError, match=want):
+      command()
 
 
 @pytest.mark.slow

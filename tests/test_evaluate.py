@@ -11,9 +11,8 @@ import soundfile as sf
 
 from audioclf import evaluate, model_dir as model_dir_lib, predict as predict_lib
 from audioclf.predict import audio_files, center_clip, predict
-from conftest import tone, write_tone_dataset
+from conftest import ENGINES, ESTIMATOR_ELSE_KERAS, tone, write_tone_dataset
 
-ENGINES = ("keras", "estimator")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -85,8 +84,9 @@ def test_predict_fails_on_bad_audio_unless_told_to_skip(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_and_predict_command_lines(trained, tmp_path):
-  params, metrics = trained("estimator")
+@pytest.mark.parametrize("engine", ESTIMATOR_ELSE_KERAS)
+def test_evaluate_and_predict_command_lines(trained, tmp_path, engine):
+  params, metrics = trained(engine)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
   def run(*args):

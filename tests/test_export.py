@@ -7,10 +7,11 @@ import pytest
 import tensorflow as tf
 
 from audioclf import export, model_dir as model_dir_lib
-from conftest import tone
+from audioclf import models
+from conftest import ENGINES, tone
 
 
-@pytest.mark.parametrize("engine", ["keras", "estimator"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_reloaded_savedmodel_equals_the_keras_model(trained, engine, tmp_path):
   params, _ = trained(engine)
   if engine == "keras":
@@ -27,7 +28,7 @@ def test_reloaded_savedmodel_equals_the_keras_model(trained, engine, tmp_path):
   assert serve.structured_input_signature[1]["waveform"].shape.as_list() == [None, 8000]
   out = serve(waveform=tf.constant(waves))
 
-  expected = model.predict(waves, verbose=0)
+  expected = model.predict(models.inputs(waves), verbose=0)
   np.testing.assert_allclose(out["probabilities"].numpy(), expected, rtol=1e-5, atol=1e-6)
   names = out["label_names"].numpy().astype(str)
   assert names.shape == expected.shape

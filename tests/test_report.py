@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from audioclf import evaluate, export, report
 from audioclf.evaluate import load_saved_model
+from conftest import ENGINES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The 35 words of Speech Commands v2: the largest vocabulary the figure must stay legible at.
@@ -108,7 +109,7 @@ def test_files_of_matches_skipped_files():
     report.files_of(examples, 2)
 
 
-@pytest.mark.parametrize("engine", ["keras", "estimator"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_evaluate_writes_the_report(trained, engine):
   params, metrics = trained(engine)
   results = evaluate(params.model_dir, "test")

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf import model_dir as model_dir_lib, tflite
-from conftest import tone
+from audioclf import model_dir as model_dir_lib, models, tflite
+from audioclf.compat import keras
+from conftest import ESTIMATOR_ELSE_KERAS, tone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +30,7 @@ def test_float_and_int8_agree_with_keras(exported):
   model, _, labels = model_dir_lib.load_model(params.model_dir)
   waves = np.stack([tone(f, 0.5, params.sample_rate, seed=i)
                     for i, f in enumerate((300.0, 660.0, 1452.0, 900.0))])
-  expected = model.predict_on_batch(waves)
+  expected = models.predict_fn(model)(waves)
   runs = {}
   for q in ("none", "int8"):
     content = open(os.path.join(result["export_dir"], tflite.FILE_NAMES[q]), "rb").read()
@@ -93,11 +94,11 @@ def test_an_op_without_a_kernel_is_named(trained):
   params, _ = trained("keras")
   model, _, _ = model_dir_lib.load_model(params.model_dir)
 
-  class Atan(tf.keras.layers.Layer):
+  class Atan(keras.layers.Layer):
     def call(self, x):
       return tf.math.atan(x)
 
-  bad = tf.keras.Model(model.input, Atan()(model.output))
+  bad = keras.Model(model.input, Atan()(model.output))
   with pytest.raises(tflite.UnsupportedOpsError, match="no builtin kernel for Atan"):
     tflite.convert(bad)
 
@@ -112,8 +113,9 @@ def test_int8_needs_calibration_and_quantize_is_checked(trained):
 
 
 @pytest.mark.slow
-def test_export_command_line_writes_and_checks_tflite(trained, tmp_path):
-  params, _ = trained("estimator")
+@pytest.mark.parametrize("engine", ESTIMATOR_ELSE_KERAS)
+def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine):
+  params, _ = trained(engine)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run([sys.executable, "-m", "audioclf.export", f"--model_dir={params.model_dir}",
                          "--format=tflite", "--quantize=none", "--quantize=dynamic",

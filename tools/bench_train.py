@@ -71,7 +71,8 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import audioclf  # noqa: E402
-from audioclf import cli, manifest as manifest_lib, models  # noqa: E402
+from audioclf import cli, engines as engines_lib, manifest as manifest_lib, models  # noqa: E402
+from audioclf.compat import keras  # noqa: E402
 from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
@@ -106,7 +107,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("limit_batches", 8, "Distinct in-memory batches the limit pipeline repeats.")
   benchdata.define_flags(PIPELINES, 1600, "1 s 16 kHz mono WAV files (an epoch: "
                          "n_wav/batch_size steps, so the default run crosses epoch boundaries).")
-  flags.DEFINE_list("engines", list(ENGINES), "Engines to run.")
+  flags.DEFINE_list("engines", list(engines_lib.available()), "Engines to run (default: those this "
+                    "stack runs; the Estimator needs the legacy stack).")
   flags.DEFINE_string("png", None, "Also draw steps/s relative to the limit to this PNG file.")
 
 
@@ -122,7 +124,7 @@ class Run:
 # --- The models: the real one, or a step that only waits.
 
 
-class _Wait(tf.keras.layers.Layer):
+class _Wait(keras.layers.Layer):
   """Passes its input through after waiting `ms` in time.sleep, which releases the GIL."""
 
   def __init__(self, ms: float, **kwargs):
@@ -138,16 +140,16 @@ class _Wait(tf.keras.layers.Layer):
     return {**super().get_config(), "ms": self.ms}
 
 
-def simulated_model(params: audioclf.Params, num_classes: int, step_ms: float) -> tf.keras.Model:
+def simulated_model(params: audioclf.Params, num_classes: int, step_ms: float) -> keras.Model:
   """Takes the same {"waveform": [batch, clip_samples]} input; its step is a wait and a tiny Dense."""
-  waveform = tf.keras.Input([params.clip_samples], name="waveform")
+  waveform = keras.Input([params.clip_samples], name=models.INPUT_NAME)
   x = _Wait(step_ms, name="accelerator_step")(waveform)
-  x = tf.keras.layers.Lambda(lambda w: w[:, :64], name="first_samples")(x)
-  probabilities = tf.keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
-  return tf.keras.Model(waveform, probabilities, name="simulated")
+  x = keras.layers.Lambda(lambda w: w[:, :64], name="first_samples")(x)
+  probabilities = keras.layers.Dense(num_classes, activation="softmax", name="probabilities")(x)
+  return keras.Model(models.inputs(waveform), probabilities, name="simulated")
 
 
-def make_model(params: audioclf.Params, engine: str) -> tf.keras.Model:
+def make_model(params: audioclf.Params, engine: str) -> keras.Model:
   """A new compiled model: compile_model picks the engine's optimizer family, as training does."""
   num_classes = len(benchdata.LABELS)
   if FLAGS.simulated_step_ms > 0:
@@ -193,7 +195,7 @@ class _Clock:
                [round(s, 4) for s in self.steps])
 
 
-class _KerasClock(tf.keras.callbacks.Callback):
+class _KerasClock(keras.callbacks.Callback):
   def __init__(self, clock: _Clock):
     super().__init__()
     self.clock = clock
@@ -206,7 +208,7 @@ class _KerasClock(tf.keras.callbacks.Callback):
       self.model.stop_training = True
 
 
-class _EstimatorClock(tf.estimator.SessionRunHook):
+class _EstimatorClock(tf.compat.v1.train.SessionRunHook):  # tf.estimator's, on every stack.
   def __init__(self, clock: _Clock):
     self.clock = clock
 
@@ -227,7 +229,7 @@ def train_keras(params: audioclf.Params, build: Callable[[], tf.data.Dataset], s
   ds, callbacks = build(), [_KerasClock(clock)]
   if metered:
     ds, callbacks = meter.attach(ds), callbacks + [KerasStallCallback(meter)]
-  model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks)
+  model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks, shuffle=False)
   return clock.run(meter)
 
 
@@ -321,7 +323,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
         _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
              f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
              f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
-        tf.keras.backend.clear_session()
+        keras.backend.clear_session()
         gc.collect()
         bar.update(1)
   return runs
@@ -445,6 +447,8 @@ def main(argv):
         raise app.UsageError(f"--{flag}: unknown {value!r}; known: {list(known)}")
   if not 1 <= FLAGS.warmup_steps < FLAGS.steps:
     raise app.UsageError("--warmup_steps must be at least 1 and less than --steps")
+  for engine in FLAGS.engines:
+    engines_lib.get(engine)  # The Estimator on the current stack: say which stack it needs.
   logging.set_verbosity(logging.WARNING)  # The Estimator logs every session start.
   tf.get_logger().setLevel("ERROR")
   params = cli.params_from_flags()

@@ -4,14 +4,18 @@ Shows that a keras-tuner search through audioclf.tune keeps its memory flat:
 runs a random search of short trials on generated tone data and prints the
 process's resident memory (RSS, psutil) after each trial, then the growth.
 Each trial builds a new model and new datasets. Clearing the Keras session
-before each build is not enough in TF 2.15: every traced train step also
-leaves its graph in TensorFlow's gradient registry, which audioclf.tune
-empties after each trial; --keep_trial_graphs skips that, to show the
-difference. About 2 minutes on 2 CPU cores.
+before each build is not enough, on either stack: every traced train step
+also leaves its graph in TensorFlow's gradient registry, which audioclf.tune
+empties after each trial (compat.forget_trial_gradients); --keep_trial_graphs
+skips that, to show the difference. About 2 minutes on 2 CPU cores.
 
-Measured (TF 2.15, 2 cores, 40 trials; RSS after trials 1 / 20 / 40):
-  audioclf.tune               564 / 657 /  663 MB   (second half: +0.5 MB a trial)
-  --keep_trial_graphs         564 / 806 / 1021 MB   (second half: +10.6 MB a trial)
+Measured (2 cores; RSS after trials 1 / half / last):
+  TF 2.15, Keras 2, 40 trials:
+    audioclf.tune             564 / 657 /  663 MB   (second half: +0.5 MB a trial)
+    --keep_trial_graphs       564 / 806 / 1021 MB   (second half: +10.6 MB a trial)
+  TF 2.21, Keras 3, 30 trials:
+    audioclf.tune             740 / 826 /  843 MB   (second half: +1.25 MB a trial)
+    --keep_trial_graphs       740 / 878 / 1000 MB   (second half: +8.45 MB a trial)
 The rise over the first trials is the allocator growing to the largest
 model and batch drawn so far; it stops once those have all come up.
 """
@@ -31,6 +35,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import soundfile as sf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from audioclf import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
 from audioclf.params import Params  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 tune_lib = importlib.import_module("audioclf.tune")  # The module; audioclf.tune is the function.
@@ -58,7 +63,7 @@ def main() -> None:
                       help="leave each trial's graphs registered, as TensorFlow does by default")
   args = parser.parse_args()
   if args.keep_trial_graphs:
-    tune_lib._forget_custom_gradients = lambda keep: None  # pylint: disable=protected-access
+    compat.forget_trial_gradients = lambda keep: None
 
   out_dir = args.out_dir or tempfile.mkdtemp(prefix="bench_tune_memory_")
   shutil.rmtree(os.path.join(out_dir, "tune"), ignore_errors=True)  # A fresh search each run.

@@ -31,6 +31,7 @@ import soxr
 import tensorflow as tf
 
 from audioclf import decode
+from audioclf.compat import keras
 from audioclf.params import Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -268,7 +269,7 @@ def repeated_batches_input_fn(batches: Sequence[tuple[np.ndarray, np.ndarray]]) 
 
 
 @contextlib.contextmanager
-def scratch_estimator(model: tf.keras.Model, parent_dir: str) -> Iterator[tf.estimator.Estimator]:
+def scratch_estimator(model: keras.Model, parent_dir: str) -> Iterator[tf.estimator.Estimator]:
   """model_to_estimator of `model` in a temporary model_dir, deleted afterwards.
 
   It writes no checkpoints, summaries or step logs: only training steps run,
@@ -279,7 +280,7 @@ def scratch_estimator(model: tf.keras.Model, parent_dir: str) -> Iterator[tf.est
     config = tf.estimator.RunConfig(model_dir=model_dir, save_checkpoints_steps=None,
                                     save_checkpoints_secs=None, save_summary_steps=None,
                                     log_step_count_steps=None)
-    yield tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+    yield keras.estimator.model_to_estimator(keras_model=model, config=config)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
 

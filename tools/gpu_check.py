@@ -34,7 +34,8 @@ from absl import app, flags, logging  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import audioclf  # noqa: E402
-from audioclf import cli, manifest as manifest_lib, models  # noqa: E402
+from audioclf import cli, engines, manifest as manifest_lib, models  # noqa: E402
+from audioclf.compat import keras  # noqa: E402
 from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
@@ -66,7 +67,7 @@ def train_keras(params, build, device: str) -> dict:
   with tf.distribute.OneDeviceStrategy(device).scope():
     model = models.compile_model(models.build_model(params, len(benchdata.LABELS)), params)
   model.fit(meter.attach(build()), steps_per_epoch=FLAGS.steps, epochs=1, verbose=0,
-            callbacks=[KerasStallCallback(meter)])
+            callbacks=[KerasStallCallback(meter)], shuffle=False)
   return _result(meter)
 
 
@@ -112,12 +113,14 @@ def main(argv):
   results = {"device": device, "gpus": [g.name for g in gpus], "batch_size": params.batch_size,
              "model": params.model, "width": params.width, "steps": FLAGS.steps,
              "warmup_steps": FLAGS.warmup_steps}
-  for engine, train in (("keras", train_keras), ("estimator", train_estimator)):
+  trainers = {"keras": train_keras, "estimator": train_estimator}
+  for engine in engines.available():  # The Estimator runs on the legacy stack only.
+    train = trainers[engine]
     runs = {}
     for name, build in pipelines.items():
       runs[name] = train(data_params.replace(engine=engine), build, device)
       print(f"[gpu_check] {engine} {name}: {runs[name]}", file=sys.stderr, flush=True)
-      tf.keras.backend.clear_session()
+      keras.backend.clear_session()
     warm, limit = runs["audioclf_warm"]["steps_per_s"], runs["limit"]["steps_per_s"]
     runs["warm_vs_limit"] = round(warm / limit, 3) if warm and limit else None
     results[engine] = runs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from audioclf import compat
 from audioclf.engines.common import Result
 from audioclf.manifest import Manifest
 from audioclf.params import Params
@@ -21,12 +22,20 @@ ENGINES = {
 }
 
 
+def available() -> tuple[str, ...]:
+  """The engines this stack runs: both on the legacy stack; no Estimator on the current one."""
+  return tuple(name for name in ENGINES if name != "estimator" or compat.ESTIMATOR)
+
+
 def get(name: str) -> Callable[[Params, Manifest], Result]:
   """The `train` function of engine `name`.
 
   Raises:
     ValueError: an unknown engine.
+    compat.StackError: the Estimator engine, on a stack without tf.estimator.
   """
   if name not in ENGINES:
     raise ValueError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)}")
+  if name == "estimator":
+    compat.require_estimator()
   return importlib.import_module(ENGINES[name]).train

@@ -11,8 +11,10 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf import cluster as cluster_lib
+from audioclf import compat
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
+from audioclf.compat import keras
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
                                      metric_values, prefetch_device, stall_fraction,
                                      stall_log_every)
@@ -20,6 +22,8 @@ from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import fill_cache, input_fn
 from audioclf.stall import EstimatorStallHook, StallMeter
+
+compat.require_estimator()  # Before tf.estimator is first touched: say which stack has it.
 
 
 def _serve(task: cluster_lib.Task) -> None:
@@ -161,7 +165,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   chief = task is None or task.is_chief
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
-  tf.keras.utils.set_random_seed(params.seed)
+  keras.utils.set_random_seed(params.seed)
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
   every = params.eval_every_steps or params.train_steps
   config = tf.estimator.RunConfig(
@@ -175,7 +179,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       experimental_max_worker_delay_secs=0)
   # The default checkpoint_format="checkpoint" saves object-based checkpoints
   # keyed like the Keras model's own, which model_dir.load_model restores.
-  estimator = tf.keras.estimator.model_to_estimator(keras_model=model, config=config)
+  estimator = keras.estimator.model_to_estimator(keras_model=model, config=config)
 
   # The Estimator calls each input_fn inside its own graph; the features key
   # "waveform" is matched to the Keras Input of that name.

@@ -12,8 +12,10 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf import cluster as cluster_lib
+from audioclf import compat
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
+from audioclf.compat import keras
 from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
                                      metric_values, prefetch_device, stall_fraction,
                                      stall_log_every)
@@ -23,7 +25,7 @@ from audioclf.pipeline import cached_clips, fill_cache, input_fn
 from audioclf.stall import KerasStallCallback, StallMeter
 
 
-class _GlobalSteps(tf.keras.callbacks.Callback):
+class _GlobalSteps(keras.callbacks.Callback):
   """Keeps fit on the global step: times steps, stops at train_steps, checkpoints each epoch."""
 
   def __init__(self, manager: "_Checkpoints", train_steps: int, meters: Sequence = ()):
@@ -34,14 +36,6 @@ class _GlobalSteps(tf.keras.callbacks.Callback):
 
   def _step(self) -> int:
     return int(self.model.optimizer.iterations.numpy())
-
-  def on_train_begin(self, logs=None):
-    # fit restarts Keras' batch counter at 0, and TensorBoard steps its batch
-    # summaries by it: start it at the global step, so a resumed run continues
-    # its curves instead of drawing over the first run's.
-    counter = getattr(self.model, "_train_counter", None)
-    if counter is not None:
-      counter.assign(self._step())
 
   def on_train_batch_begin(self, batch, logs=None):
     for meter in self._meters:
@@ -76,7 +70,7 @@ def train(params: Params, manifest: Manifest) -> Result:
   """
   task = cluster_lib.current_task()
   strategy = make_strategy(params, task)
-  tf.keras.utils.set_random_seed(params.seed)
+  keras.utils.set_random_seed(params.seed)
   if _distributes_input(strategy):
     # Each worker reads its shard of every split from the cache.
     fill_cache(params, manifest, splits=("train", "validation", "test"))
@@ -273,7 +267,8 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
                            every_steps=stall_log_every(params)),
     ]
     if chief:
-      callbacks.append(tf.keras.callbacks.TensorBoard(
+      # It continues a resumed run's curves at the global step.
+      callbacks.append(compat.TensorBoard(
           params.model_dir, update_freq=params.log_every_steps or "epoch"))
     history = model.fit(
         # A resumed run continues the shuffle sequence instead of replaying its start.
@@ -284,7 +279,8 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
         epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
         validation_data=validation["x"],
         validation_steps=validation["steps"],
-        callbacks=callbacks)
+        callbacks=callbacks,
+        shuffle=False)  # input_fn shuffles; Keras 3 warns that a dataset ignores shuffle=True.
     # The last epoch's validation ran on the final weights.
     validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
   else:

@@ -1,0 +1,160 @@
+"""Every difference between the two stacks audioclf runs on, and nothing else.
+
+  legacy   Python 3.11, TensorFlow 2.15, Keras 2.15 (tf.keras), tf.estimator: both engines
+  current  Python 3.12 / 3.13, TensorFlow >= 2.20, Keras 3 on its TensorFlow backend:
+           everything but the Estimator engine (TF >= 2.16 ships no tf.estimator)
+
+The rest of audioclf imports Keras from here (`from audioclf.compat import keras`)
+and calls the small functions below where the two stacks differ, as
+keras-tuner's `keras_tuner/backend/` does: no other module asks which Keras it
+runs on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from audioclf.params import ParamError
+
+KERAS3: bool = int(keras.__version__.split(".")[0]) >= 3
+TF_VERSION: tuple[int, int] = tuple(int(part) for part in tf.__version__.split(".")[:2])
+# tf.estimator lives in the tensorflow-estimator package, which stops at TF 2.15;
+# model_to_estimator needs Keras 2 as well.
+ESTIMATOR: bool = not KERAS3 and importlib.util.find_spec("tensorflow_estimator") is not None
+
+LEGACY_STACK = "legacy"
+CURRENT_STACK = "current"
+STACK: str = CURRENT_STACK if KERAS3 else LEGACY_STACK
+# What a user runs to get the stack they lack; tools/_venv.sh makes both venvs.
+HOW_TO_GET = {
+    LEGACY_STACK: "the legacy stack (Python 3.11, TensorFlow 2.15, Keras 2): "
+                  "AUDIOCLF_STACK=legacy tools/demo.sh creates it in .venv-legacy; "
+                  "then run .venv-legacy/bin/python -m audioclf...",
+    CURRENT_STACK: "the current stack (Python 3.12 or 3.13, TensorFlow >= 2.20, Keras 3): "
+                   "AUDIOCLF_STACK=current tools/demo.sh creates it in .venv; "
+                   "then run .venv/bin/python -m audioclf...",
+}
+
+
+class StackError(ParamError):
+  """A parameter value that needs the other stack; commands end on it in one line."""
+
+
+def stack_record() -> dict[str, Any]:
+  """This stack as params.json records it: TensorFlow major.minor and the Keras major version."""
+  return {"name": STACK, "tensorflow": f"{TF_VERSION[0]}.{TF_VERSION[1]}",
+          "keras": int(keras.__version__.split(".")[0])}
+
+
+def require_estimator() -> None:
+  """Raises StackError unless tf.estimator (and model_to_estimator) can run here."""
+  if not ESTIMATOR:
+    raise StackError(
+        f"--engine=estimator needs tf.estimator, which TensorFlow {tf.__version__} with Keras "
+        f"{keras.__version__} does not have: it needs {HOW_TO_GET[LEGACY_STACK]}. Here, "
+        "--engine=keras trains the same model.")
+
+
+def optimizers(for_estimator: bool):
+  """The module holding the optimizer classes (Adam, SGD, RMSprop) for an engine.
+
+  model_to_estimator clones the model into a TF1 graph, where only Keras 2's
+  `optimizers.legacy` classes work (it would otherwise convert the optimizer
+  itself, with a warning). Keras 3 has one family, and no Estimator.
+  """
+  if for_estimator and not KERAS3:
+    return keras.optimizers.legacy
+  return keras.optimizers
+
+
+def is_legacy_optimizer(optimizer) -> bool:
+  """Whether `optimizer` is of Keras 2's legacy family (never, on Keras 3)."""
+  return not KERAS3 and isinstance(optimizer, keras.optimizers.legacy.Optimizer)
+
+
+def learning_phase():
+  """What a layer called with training=None should do: the graph-mode learning phase, or False.
+
+  Keras 2's graph-mode model (the clone model_to_estimator makes) leaves
+  `training` unset and says it through the learning phase instead, as Dropout
+  reads it. Keras 3 passes training down from fit, evaluate and predict itself,
+  and has no learning phase: None there means a plain call, inference.
+  """
+  if KERAS3:
+    return False
+  return keras.backend.learning_phase()
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+  """Keras' TensorBoard callback, its batch summaries stepped by the global step on resume.
+
+  fit restarts the batch counter the summaries are stepped by at 0 (Keras 2:
+  the model's `_train_counter`; Keras 3: the callback's own
+  `_global_train_batch`): a resumed run would draw over the first run's curves.
+  Both are set to the optimizer's step once training begins.
+  """
+
+  def on_train_begin(self, logs=None):
+    super().on_train_begin(logs)
+    step = int(self.model.optimizer.iterations.numpy())
+    if KERAS3:
+      self._global_train_batch = step  # pylint: disable=attribute-defined-outside-init
+    else:
+      counter = getattr(self.model, "_train_counter", None)  # pylint: disable=protected-access
+      if counter is not None:
+        counter.assign(step)
+
+
+# Checkpoint keys that hold the global step: Keras fit (both Keras 2's v2
+# optimizer and Keras 3 name it `_iterations`), Keras 2's legacy optimizer,
+# model_to_estimator.
+STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
+             "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE",
+             "estimator_global_step/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def checkpoint_keras_major(variable_names) -> int:
+  """The Keras major version that wrote a checkpoint of a model, from its variable names.
+
+  Keras 2 tracks a functional model's layers as `layer_with_weights-<i>`,
+  Keras 3 as `_operations/<i>`.
+  """
+  return 2 if any(name.startswith("layer_with_weights-") for name in variable_names) else 3
+
+
+def trial_gradient_names() -> set:
+  """The names in TensorFlow's gradient registry before a tuner trial: see forget_trial_gradients."""
+  return set(_gradient_registry())
+
+
+def forget_trial_gradients(keep: set) -> None:
+  """Unregisters the gradient functions a tuner trial's train step registered for good.
+
+  Every trace of Keras' train step (Keras 2 on TF 2.15, and still Keras 3 on
+  TF 2.21) differentiates a `tf.custom_gradient`, which in a graph registers
+  its gradient function under a new name in TensorFlow's global gradient
+  registry and never removes it; that function holds the whole traced train
+  step. clear_session cannot reach it, so each trial kept its graphs alive:
+  9 to 14 MB a trial for audioclf's small models on TF 2.15 (tensorflow#61791,
+  tf-keras#286; tools/bench_tune_memory.py measures it). The registry is only
+  read while a graph is differentiated, which a finished trial's graphs never
+  are again. Names in `keep` (there before the trial) stay.
+
+  The registry is private API: where a TensorFlow release no longer has it,
+  this does nothing.
+  """
+  registry = _gradient_registry()
+  for name in [n for n in registry if n.startswith("CustomGradient-") and n not in keep]:
+    del registry[name]
+
+
+def _gradient_registry() -> dict:
+  # pylint: disable-next=g-direct-tensorflow-import,g-import-not-at-top
+  from tensorflow.python.framework import ops as tf_ops
+  # pylint: disable-next=protected-access
+  registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+  return registry if isinstance(registry, dict) else {}
