@@ -1,36 +1,54 @@
 #!/usr/bin/env bash
-# The main job on the built-in demo data: generate spoken words, fill the cache, then train the
-# same model with both engines (tf.estimator via model_to_estimator, and Keras fit) and compare.
-#   tools/demo.sh                 # a few minutes on 2 CPU cores
-#   tools/demo.sh --train_steps=50   # extra flags go to both training runs
-# Outputs: data/speech_words (dataset), runs/demo/{keras,estimator} (checkpoints, TensorBoard
-# logs, labels.txt, params.json, metrics.json), and a side-by-side table at the end.
+# The main job on the built-in demo data: generate spoken words, fill the cache, then train the same
+# model on every stack this machine has a Python for (see tools/_venv.sh) and compare side by side:
+#   current stack (.venv: Keras 3, TensorFlow >= 2.20)   --engine=keras
+#   legacy stack (.venv-legacy: Keras 2, TensorFlow 2.15)  --engine=keras and --engine=estimator
+#   tools/demo.sh                    # a few minutes on 2 CPU cores
+#   tools/demo.sh --train_steps=50   # extra flags go to every training run
+#   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
+# Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine> (checkpoints, TensorBoard logs,
+# labels.txt, params.json, metrics.json), runs/demo/<stack>-<engine>.json, and a table at the end.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 
-"$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0
+stack_engines() {  # The engines each stack trains in the demo.
+  case "$1" in
+    current) echo "keras" ;;
+    legacy) echo "keras estimator" ;;
+  esac
+}
 
-echo "[demo] filling the clip cache (a second run of the demo reads it and decodes nothing)" >&2
 mkdir -p runs/demo
-"$PYTHON" -m audioclf.cache --flagfile=flags/demo.flags | tail -n 1 | tee runs/demo/cache.json >&2
-
-for engine in keras estimator; do
-  echo "[demo] training with --engine=$engine" >&2
-  "$PYTHON" -m audioclf.train --flagfile=flags/demo.flags --engine="$engine" \
-    --model_dir="runs/demo/$engine" "$@" | tee "runs/demo/$engine.log" | tail -n 1 \
-    > "runs/demo/$engine.json"
+RUNS=()
+for stack in "${STACKS[@]}"; do
+  use_stack "$stack"
+  if [ "${#RUNS[@]}" = 0 ]; then  # Once, with the first stack's Python.
+    "$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0
+  fi
+  echo "[demo] $stack stack: filling the clip cache (a later run reads it and decodes nothing)" >&2
+  "$PYTHON" -m audioclf.cache --flagfile=flags/demo.flags | tail -n 1 \
+    | tee "runs/demo/$stack-cache.json" >&2
+  for engine in $(stack_engines "$stack"); do
+    echo "[demo] $stack stack: training with --engine=$engine" >&2
+    "$PYTHON" -m audioclf.train --flagfile=flags/demo.flags --engine="$engine" \
+      --model_dir="runs/demo/$stack/$engine" "$@" | tee "runs/demo/$stack-$engine.log" | tail -n 1 \
+      > "runs/demo/$stack-$engine.json"
+    RUNS+=("$stack-$engine")
+  done
 done
 
-"$PYTHON" - <<'PY'
-import json
-rows = {e: json.load(open(f"runs/demo/{e}.json")) for e in ("keras", "estimator")}
+"$PYTHON" - "${RUNS[@]}" <<'PY'
+import json, sys
+rows = {run: json.load(open(f"runs/demo/{run}.json")) for run in sys.argv[1:]}
 keys = ["steps", "val_accuracy", "test_accuracy", "examples_per_sec", "input_stall_fraction",
         "wall_seconds"]
 keys = [k for k in keys if any(k in r for r in rows.values())]
-print(f"{'':22s}" + "".join(f"{e:>12s}" for e in rows))
+width = max(18, *(len(run) + 2 for run in rows))
+print(f"{'':22s}" + "".join(f"{run:>{width}s}" for run in rows))
 for k in keys:
   cells = [r.get(k) for r in rows.values()]
-  print(f"{k:22s}" + "".join(f"{c:12.4g}" if isinstance(c, (int, float)) else f"{str(c):>12s}"
+  print(f"{k:22s}" + "".join(f"{c:{width}.4g}" if isinstance(c, (int, float)) else f"{str(c):>{width}s}"
                              for c in cells))
 print(json.dumps({"demo": rows}))
 PY
+print_skipped

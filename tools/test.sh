@@ -1,8 +1,37 @@
 #!/usr/bin/env bash
-# Runs the audioclf test suite in .venv (created and installed on first use).
-#   tools/test.sh              # everything, slow end-to-end checks included (what CI runs)
-#   tools/test.sh -m "not slow" # the fast part while editing
-# Extra arguments go to pytest.
+# Runs the audioclf test suite on every stack this machine has a Python for (see tools/_venv.sh):
+# the current stack in .venv, the legacy stack in .venv-legacy, each created and installed on first use.
+#   tools/test.sh                        # everything, slow end-to-end checks included (what CI runs)
+#   tools/test.sh -m "not slow"          # the fast part while editing
+#   AUDIOCLF_STACK=legacy tools/test.sh  # one stack only (current, legacy or both)
+# Extra arguments go to pytest. Each stack's run lists what it skipped and why (pytest -rs: the
+# tests only the other stack can run); the exit status is non-zero if any stack failed.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
-exec "$PYTHON" -m pytest -q "$@"
+
+declare -A STATUS
+failed=0
+for stack in "${STACKS[@]}"; do
+  echo "[audioclf] === tests on the $stack stack ===" >&2
+  rc=0
+  use_stack "$stack" || rc=$?
+  if [ "$rc" = 0 ]; then
+    "$PYTHON" -c 'import sys, tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: '\
+'Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
+      "$stack" >&2
+    "$PYTHON" -m pytest -q -rs "$@" || rc=$?
+  fi
+  STATUS[$stack]=$rc
+  [ "$rc" = 0 ] || failed=1
+done
+
+echo "[audioclf] === summary ===" >&2
+for stack in "${STACKS[@]}"; do
+  if [ "${STATUS[$stack]}" = 0 ]; then
+    echo "[audioclf] $stack stack: passed" >&2
+  else
+    echo "[audioclf] $stack stack: FAILED (exit ${STATUS[$stack]})" >&2
+  fi
+done
+print_skipped
+exit "$failed"
