@@ -14,9 +14,10 @@ model (`layer_with_weights-0/kernel/...`): the Keras engine saves
 `checkpoint_format="checkpoint"` saves the same graph of objects from its clone.
 So `load_model` restores either engine's model_dir the same way.
 
-A model_dir belongs to the stack that wrote it (`written_by`): Keras 2 and
-Keras 3 name a model's checkpoint keys differently, so a command on the other
-stack refuses it with the command that converts it (audioclf.migrate).
+Those are Keras 2's keys, on the legacy stack; Keras 3 on the current stack
+names the same variables `_operations/<i>/...`. So a model_dir belongs to the
+stack that wrote it (`written_by`), and a command on the other stack refuses
+it, naming what to run instead (audioclf.migrate, to move it to Keras 3).
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def load_model(model_dir: str, params: Optional[Params] = None,
     ModelDirError: no params.json, labels.txt or checkpoint, params that
       build another model, or a model_dir of the other stack.
   """
-  from audioclf import models  # Here, so reading labels or metrics needs no Keras.
+  from audioclf import models  # Here: of this module's readers, only loading builds layers.
 
   saved = read_params(model_dir)
   check_stack(model_dir)
