@@ -32,6 +32,13 @@ stack_venv() {
   esac
 }
 
+stack_python() {  # The interpreter the environment names for a stack, if any.
+  case "$1" in
+    current) echo "${AUDIOCLF_PYTHON:-}" ;;
+    legacy) echo "${AUDIOCLF_PYTHON_LEGACY:-}" ;;
+  esac
+}
+
 python_is() {  # python_is INTERPRETER "3.13 3.12": it runs, and is one of those versions.
   local v
   v="$("$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || return 1
@@ -41,7 +48,7 @@ python_is() {  # python_is INTERPRETER "3.13 3.12": it runs, and is one of those
 
 find_python() {  # find_python STACK: prints an interpreter for STACK, or fails.
   local stack="$1" override versions v cand
-  if [ "$stack" = legacy ]; then override="${AUDIOCLF_PYTHON_LEGACY:-}"; else override="${AUDIOCLF_PYTHON:-}"; fi
+  override="$(stack_python "$stack")"
   versions="$(stack_versions "$stack")"
   if [ -n "$override" ]; then
     [ "$override" = none ] && return 1
@@ -83,8 +90,10 @@ for stack in current legacy; do
     *" $stack "*) ;;
     *) STACKS_SKIPPED+=("$stack stack: not run (AUDIOCLF_STACK=$AUDIOCLF_STACK)"); continue ;;
   esac
-  # A venv made earlier is used as it is, even when its Python is no longer on PATH.
-  if [ -x "$(stack_venv "$stack")/bin/python" ] || find_python "$stack" >/dev/null; then
+  # A venv made earlier is used as it is, even when its Python is no longer on PATH; "none"
+  # leaves the stack out all the same.
+  if [ "$(stack_python "$stack")" != none ] \
+      && { [ -x "$(stack_venv "$stack")/bin/python" ] || find_python "$stack" >/dev/null; }; then
     STACKS+=("$stack")
   else
     why="$stack stack: no Python $(stack_versions "$stack" | sed 's/ / or /') found (on PATH or in pyenv)"
