@@ -155,6 +155,10 @@ def convert(model, quantize: str = "none",
 
 
 def _converter(model):
+  # The converter feeds the model its one input tensor as is; a model built on
+  # {"waveform": ...} would take it with Keras 3's structure warning.
+  if len(model.inputs) == 1:
+    model = keras.Model(model.inputs[0], model.outputs, name=model.name)
   converter = tf.lite.TFLiteConverter.from_keras_model(model)
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
   return converter
