@@ -59,6 +59,24 @@ def require_estimator() -> None:
         "--engine=keras trains the same model.")
 
 
+def require_multi_replica_fit() -> None:
+  """Raises StackError where Keras fit cannot train on several replicas or workers.
+
+  Keras 3 (3.15 on TF 2.21) reads the first batch of a distributed dataset and
+  averages it across replicas before it evaluates
+  (keras/src/backend/tensorflow/trainer.py, `_maybe_symbolic_build`): that
+  fails on the uneven per-replica batches of audioclf's exact evaluation
+  ("Inputs to operation AddN ... must have the same size and shape"), and
+  across workers on its dict of per-replica features. Keras 2 has no such step.
+  """
+  if KERAS3:
+    raise StackError(
+        f"--strategy=mirrored over several devices and Keras training on several workers need "
+        f"{HOW_TO_GET[LEGACY_STACK]} for now: Keras {keras.__version__}'s fit averages the "
+        "first batch across replicas before evaluating, which fails on the uneven per-replica "
+        "batches of an exact evaluation. One device (the default strategy) trains here.")
+
+
 def optimizers(for_estimator: bool):
   """The module holding the optimizer classes (Adam, SGD, RMSprop) for an engine.
 

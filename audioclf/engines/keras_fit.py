@@ -103,9 +103,12 @@ def make_strategy(params: Params, task: Optional[cluster_lib.Task]) -> tf.distri
       raise ValueError("the Keras engine trains on several workers with all-reduce "
                        "(MultiWorkerMirroredStrategy), and TF_CONFIG names ps tasks: "
                        f"{task.cluster}. Drop them, or use --engine=estimator.")
+    compat.require_multi_replica_fit()
     return tf.distribute.MultiWorkerMirroredStrategy()
   if params.strategy == "mirrored":
     devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+    if len(devices) > 1:
+      compat.require_multi_replica_fit()
     return tf.distribute.MirroredStrategy([d.name for d in devices])
   device = prefetch_device(params)
   return tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
