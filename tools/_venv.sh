@@ -25,6 +25,10 @@ stack_versions() {  # The Python minor versions a stack runs on, preferred first
   esac
 }
 
+or_list() {  # or_list "3.13 3.12" -> "3.13 or 3.12"
+  echo "$1" | sed 's/ / or /g'
+}
+
 stack_venv() {
   case "$1" in
     current) echo "${AUDIOCLF_VENV:-$ROOT/.venv}" ;;
@@ -53,7 +57,7 @@ find_python() {  # find_python STACK: prints an interpreter for STACK, or fails.
   if [ -n "$override" ]; then
     [ "$override" = none ] && return 1
     python_is "$override" "$versions" && { echo "$override"; return 0; }
-    echo "audioclf: $override is not Python $(echo "$versions" | sed "s/ / or /"), which the $stack stack needs" >&2
+    echo "audioclf: $override is not Python $(or_list "$versions"), which the $stack stack needs" >&2
     return 1
   fi
   for v in $versions; do
@@ -96,7 +100,7 @@ for stack in current legacy; do
       && { [ -x "$(stack_venv "$stack")/bin/python" ] || find_python "$stack" >/dev/null; }; then
     STACKS+=("$stack")
   else
-    why="$stack stack: no Python $(stack_versions "$stack" | sed 's/ / or /') found (on PATH or in pyenv)"
+    why="$stack stack: no Python $(or_list "$(stack_versions "$stack")") found (on PATH or in pyenv)"
     if [ "$stack" = legacy ]; then
       why="$why, so nothing runs tf.estimator or Keras 2 (the Estimator engine and its tests)"
     else
@@ -123,7 +127,7 @@ use_stack() {  # use_stack STACK: its venv, created or reused and up to date; se
   versions="$(stack_versions "$stack")"
   if [ ! -x "$VENV/bin/python" ]; then
     if ! py="$(find_python "$stack")"; then
-      echo "audioclf: no Python $versions for the $stack stack" >&2
+      echo "audioclf: no Python $(or_list "$versions") for the $stack stack" >&2
       return 2
     fi
     echo "[audioclf] creating $VENV ($stack stack) with $("$py" -c 'import sys; print(sys.executable, sys.version.split()[0])')" >&2
@@ -131,7 +135,7 @@ use_stack() {  # use_stack STACK: its venv, created or reused and up to date; se
   fi
   if ! python_is "$VENV/bin/python" "$versions"; then
     echo "audioclf: $VENV is the $stack stack's venv, but holds $("$VENV/bin/python" -V 2>&1) (it needs" \
-         "Python $versions; an older audioclf kept its Python 3.11 venv there). Remove it and rerun." >&2
+         "Python $(or_list "$versions"); an older audioclf kept its Python 3.11 venv there). Remove it and rerun." >&2
     return 2
   fi
   stamp="$VENV/.audioclf-install"
