@@ -135,6 +135,20 @@ STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
              "estimator_global_step/.ATTRIBUTES/VARIABLE_VALUE")
 
 
+def tflite_interpreter(model_content: bytes):
+  """A TensorFlow Lite interpreter for a model: LiteRT's where installed, else tf.lite's.
+
+  TF 2.21 deprecates tf.lite.Interpreter for LiteRT (ai-edge-litert), which the
+  current stack installs; the legacy stack runs TF 2.15's own. Chosen by what
+  imports, so a legacy venv with LiteRT added uses it too.
+  """
+  try:
+    from ai_edge_litert.interpreter import Interpreter  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    Interpreter = tf.lite.Interpreter  # pylint: disable=invalid-name
+  return Interpreter(model_content=model_content)
+
+
 def checkpoint_keras_major(variable_names) -> int:
   """The Keras major version that wrote a checkpoint of a model, from its variable names.
 

@@ -27,22 +27,30 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
+import os
 import re
+import warnings
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from audioclf import compat
+from audioclf import manifest as manifest_lib
+from audioclf import model_dir as model_dir_lib
+from audioclf import models
 from audioclf.compat import keras
 from audioclf.features import LogMelSpectrogram
 from audioclf.params import Params
+from audioclf.pipeline import input_fn
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
 FILE_NAMES = {"none": "model.tflite", "dynamic": "model_dynamic.tflite", "int8": "model_int8.tflite"}
 # Layers whose ops the int8 variant keeps in float (see the module docstring): the log-mel
-# front end and, by class name, the per-clip normalization after it.
-FLOAT_LAYERS = (LogMelSpectrogram, "LayerNormalization")
+# front end and the per-clip normalization after it.
+FLOAT_LAYERS = (LogMelSpectrogram, keras.layers.LayerNormalization)
 
 _NO_KERNEL = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 
@@ -96,19 +104,6 @@ def on_device(model):
   banded = keras.models.clone_model(model, clone_function=clone)
   banded.set_weights(model.get_weights())
   return banded
-
-
-def interpreter(model_content: bytes):
-  """A TFLite interpreter: LiteRT's (ai-edge-litert) where installed, else tf.lite's.
-
-  TF 2.21 deprecates tf.lite.Interpreter in favour of LiteRT, which the
-  current stack installs; TF 2.15's own is the legacy stack's.
-  """
-  try:
-    from ai_edge_litert.interpreter import Interpreter  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    Interpreter = tf.lite.Interpreter  # pylint: disable=invalid-name
-  return Interpreter(model_content=model_content)
 
 
 def convert(model, quantize: str = "none",
@@ -168,8 +163,12 @@ def _convert(step: Callable):
   """Runs a converter step; a missing kernel becomes UnsupportedOpsError naming the ops."""
   try:
     # Keras 3 exports through a SavedModel and prints where to stdout, which
-    # is this command's table and JSON line.
-    with contextlib.redirect_stdout(io.StringIO()):
+    # is this command's table and JSON line. The quantizer's calibration runs
+    # tf.lite's own interpreter, which TF 2.21 calls deprecated (we run LiteRT's),
+    # and notes that float inputs have no statistics (they are meant to stay float).
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+      warnings.filterwarnings("ignore", message=r"(?s).*tf\.lite\.Interpreter is deprecated")
+      warnings.filterwarnings("ignore", message="Statistics for quantized inputs were expected")
       return step()
   except Exception as e:  # The converter's own error class differs between TF versions.
     ops = sorted(set(_NO_KERNEL.findall(str(e))))
@@ -181,12 +180,10 @@ def _convert(step: Callable):
 
 def _float_nodes(model, float_model: bytes) -> list[str]:
   """Tensor names of the float model that belong to FLOAT_LAYERS, for the int8 denylist."""
-  names = [layer.name for layer in model.layers
-           if any(type(layer).__name__ == kind if isinstance(kind, str) else isinstance(layer, kind)
-                  for kind in FLOAT_LAYERS)]
+  names = [layer.name for layer in model.layers if isinstance(layer, FLOAT_LAYERS)]
   # A name scope may carry a suffix (log_mel_1) where the graph was traced twice.
   inside = re.compile("|".join(rf"(^|/){re.escape(name)}(_\d+)?/" for name in names))
-  tensors = [t["name"] for t in interpreter(float_model).get_tensor_details()]
+  tensors = [t["name"] for t in compat.tflite_interpreter(float_model).get_tensor_details()]
   nodes = [name for name in tensors if names and inside.search(name)]
   if not nodes:
     raise ValueError(f"found no tensors of the layers {names or 'log_mel'} in the converted "
@@ -198,7 +195,7 @@ class Runner:
   """Runs a .tflite model on batches of waveforms, as model.predict_on_batch does."""
 
   def __init__(self, model_content: bytes):
-    self._interpreter = interpreter(model_content)
+    self._interpreter = compat.tflite_interpreter(model_content)
     self._input = self._interpreter.get_input_details()[0]["index"]
     self._output = self._interpreter.get_output_details()[0]["index"]
     self._shape = None
@@ -220,8 +217,6 @@ def calibration_clips(params: Params, count: int) -> np.ndarray:
   Returns:
     float32 [count, clip_samples].
   """
-  from audioclf.pipeline import input_fn  # pylint: disable=g-import-not-at-top
-
   batches = math.ceil(count / params.batch_size)
   clips = [features["waveform"].numpy()
            for features, _ in input_fn(params, "train").take(batches)]
@@ -288,14 +283,6 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
   Raises:
     UnsupportedOpsError: an op without a builtin TFLite kernel.
   """
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-
-  from audioclf import manifest as manifest_lib  # pylint: disable=g-import-not-at-top
-  from audioclf import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
-  from audioclf import models  # pylint: disable=g-import-not-at-top
-  from audioclf.pipeline import input_fn  # pylint: disable=g-import-not-at-top
-
   unknown = [q for q in quantize if q not in QUANTIZATIONS]
   if unknown or not quantize:
     raise ValueError(f"quantize must name some of {QUANTIZATIONS}, got {list(quantize)}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf import model_dir as model_dir_lib, models, tflite
+from audioclf import compat, model_dir as model_dir_lib, models, tflite
 from audioclf.compat import keras
 from conftest import ESTIMATOR_ELSE_KERAS, tone
 
@@ -67,7 +67,7 @@ def test_the_check_reports_each_variant(exported):
 def test_int8_keeps_the_front_end_float_and_the_rest_integer(exported):
   _, result = exported
   content = open(os.path.join(result["export_dir"], tflite.FILE_NAMES["int8"]), "rb").read()
-  interpreter = tflite.interpreter(content)
+  interpreter = compat.tflite_interpreter(content)
   interpreter.allocate_tensors()
   kinds = {}
   for detail in interpreter.get_tensor_details():
