@@ -59,22 +59,43 @@ def require_estimator() -> None:
         "--engine=keras trains the same model.")
 
 
-def require_multi_replica_fit() -> None:
-  """Raises StackError where Keras fit cannot train on several replicas or workers.
+def fit_under(model, strategy, element_spec) -> None:
+  """Lets Keras 3's fit and evaluate run `model` under a strategy of several replicas.
 
-  Keras 3 (3.15 on TF 2.21) reads the first batch of a distributed dataset and
-  averages it across replicas before it evaluates
-  (keras/src/backend/tensorflow/trainer.py, `_maybe_symbolic_build`): that
-  fails on the uneven per-replica batches of audioclf's exact evaluation
-  ("Inputs to operation AddN ... must have the same size and shape"), and
-  across workers on its dict of per-replica features. Keras 2 has no such step.
+  Keras 3 (3.15 here) builds the metrics of a model made in a strategy's
+  scope from a first batch averaged over the replicas with strategy.reduce,
+  which fails where the replicas' batches differ in size (an evaluation's
+  last step: "Inputs to operation AddN ... must have the same size") and,
+  under MultiWorkerMirroredStrategy, for any nested batch ("Attempt to
+  convert a value ... PerReplica"). So the model's metrics, loss and
+  optimizer are built here, from `element_spec` (a batch's structure), and
+  the model forgets the strategy, whose reduced first batch Keras then never
+  asks for; fit and evaluate still run under the strategy whose scope they
+  are called in. Keras 3 also averages each step's logs of
+  a multi-worker strategy with strategy.reduce("MEAN", v, axis=0), which
+  fails on the scalars they are (keras-team/keras#20585); they are averaged
+  without an axis here. Keras 2 needs neither.
   """
-  if KERAS3:
-    raise StackError(
-        f"--strategy=mirrored over several devices and Keras training on several workers need "
-        f"{HOW_TO_GET[LEGACY_STACK]} for now: Keras {keras.__version__}'s fit averages the "
-        "first batch across replicas before evaluating, which fails on the uneven per-replica "
-        "batches of an exact evaluation. One device (the default strategy) trains here.")
+  several = strategy.num_replicas_in_sync > 1
+  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+  if not KERAS3 or not (several or multi_worker):
+    return
+  with strategy.scope():
+    model._symbolic_build(data_batch=element_spec)  # pylint: disable=protected-access
+    model.optimizer.build(model.trainable_variables)
+  model._distribute_strategy = None  # pylint: disable=protected-access
+  from keras.src.backend.tensorflow import trainer  # pylint: disable=g-import-not-at-top
+  reduce_per_replica = trainer.reduce_per_replica
+  if not multi_worker or getattr(reduce_per_replica, "audioclf_multi_worker_mean", False):
+    return
+
+  def reduce_scalars_without_axis(values, strategy, reduction):
+    if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):  # pylint: disable=protected-access
+      return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+    return reduce_per_replica(values, strategy, reduction)
+
+  reduce_scalars_without_axis.audioclf_multi_worker_mean = True
+  trainer.reduce_per_replica = reduce_scalars_without_axis
 
 
 def optimizers(for_estimator: bool):

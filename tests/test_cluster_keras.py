@@ -69,7 +69,6 @@ def _evaluate(model_dir, split):
 
 
 @pytest.mark.slow
-@pytest.mark.legacy_only  # compat.require_multi_replica_fit: Keras 3 fails on the uneven batches.
 def test_two_workers_train_one_model_evaluate_exactly_and_resume_after_a_kill(tone_params,
                                                                               tmp_path):
   # batch 8 over 2 workers: 4 a replica; the validation split (4 clips) and
@@ -116,7 +115,8 @@ MIRRORED = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
     import audioclf
-    from audioclf import Params, manifest as manifest_lib, model_dir as model_dir_lib, pipeline
+    from audioclf import Params, compat, manifest as manifest_lib, model_dir as model_dir_lib
+    from audioclf import pipeline
     from audioclf.engines import keras_fit
     params = Params.from_json(sys.argv[1])
     metrics = audioclf.train(params)
@@ -129,15 +129,16 @@ MIRRORED = textwrap.dedent("""
     with strategy.scope():
       spread, _, _ = model_dir_lib.load_model(params.model_dir, params)
     evaluation = keras_fit._evaluation(strategy, params, manifest)
-    spread = spread.evaluate(evaluation["x"], steps=evaluation["steps"], return_dict=True,
-                             verbose=0)
+    compat.fit_under(spread, strategy, keras_fit._batch_spec(params))
+    with strategy.scope():
+      spread = spread.evaluate(evaluation["x"], steps=evaluation["steps"], return_dict=True,
+                               verbose=0)
     print(json.dumps({"metrics": metrics, "replicas": strategy.num_replicas_in_sync,
                       "single": single, "spread": spread}))
 """)
 
 
 @pytest.mark.slow
-@pytest.mark.legacy_only  # compat.require_multi_replica_fit: Keras 3 fails on the uneven batches.
 def test_mirrored_on_three_logical_cpus(trained, tmp_path):
   one_device, reference = trained("keras")
   params = one_device.replace(strategy="mirrored", batch_size=6,
@@ -156,24 +157,3 @@ def test_mirrored_on_three_logical_cpus(trained, tmp_path):
   assert abs(result["spread"]["loss"] - result["single"]["loss"]) < 1e-5
   assert result["spread"]["accuracy"] == result["single"]["accuracy"]
 
-
-REFUSED = textwrap.dedent("""
-    import tensorflow as tf
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
-    from audioclf import Params, compat
-    from audioclf.engines import keras_fit
-    try:
-      keras_fit.make_strategy(Params(strategy="mirrored"), None)
-    except compat.StackError as e:
-      print("refused:", e)
-""")
-
-
-@pytest.mark.current_only
-def test_mirrored_over_several_devices_says_it_needs_the_legacy_stack():
-  run = subprocess.run([sys.executable, "-c", REFUSED], capture_output=True, text=True,
-                       timeout=300)
-  assert run.returncode == 0, run.stderr[-3000:]
-  assert "refused: --strategy=mirrored over several devices" in run.stdout
-  assert "AUDIOCLF_STACK=legacy tools/demo.sh" in run.stdout

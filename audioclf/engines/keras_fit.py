@@ -103,12 +103,9 @@ def make_strategy(params: Params, task: Optional[cluster_lib.Task]) -> tf.distri
       raise ValueError("the Keras engine trains on several workers with all-reduce "
                        "(MultiWorkerMirroredStrategy), and TF_CONFIG names ps tasks: "
                        f"{task.cluster}. Drop them, or use --engine=estimator.")
-    compat.require_multi_replica_fit()
     return tf.distribute.MultiWorkerMirroredStrategy()
   if params.strategy == "mirrored":
     devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
-    if len(devices) > 1:
-      compat.require_multi_replica_fit()
     return tf.distribute.MirroredStrategy([d.name for d in devices])
   device = prefetch_device(params)
   return tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
@@ -239,9 +236,16 @@ def _evaluation(strategy: tf.distribute.Strategy, params: Params, manifest: Mani
           "steps": steps}
 
 
+def _batch_spec(params: Params):
+  """The structure of input_fn's batches, of any batch size."""
+  return ({models.INPUT_NAME: tf.TensorSpec([None, params.clip_samples], tf.float32)},
+          tf.TensorSpec([None], tf.int32))
+
+
 def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
            chief: bool) -> Result:
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
+  compat.fit_under(model, strategy, _batch_spec(params))
   # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
   # model_dir.load_model reads both engines' checkpoints the same way.
   checkpoint = tf.train.Checkpoint(model)
