@@ -15,6 +15,7 @@ so it never serves a half-filled cache. Both print a status line every
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -33,6 +34,7 @@ _STATUS_EVERY_S = flags.DEFINE_float("status_every_s", 60.0, "Seconds between st
                                      lower_bound=0.1)
 
 ROLES = ("dispatcher", "worker")
+_STOP_GRACE_S = 15.0  # How long a server may take to stop once told to.
 
 
 def _serve(server, status) -> None:
@@ -43,6 +45,11 @@ def _serve(server, status) -> None:
   start = time.monotonic()
   while not stop.wait(_STATUS_EVERY_S.value):
     print(f"{status()}; up {time.monotonic() - start:.0f} s", flush=True)
+  # A server that does not stop in time (a worker whose dispatcher is gone
+  # can wait on it) must not outlive the signal: end the process regardless.
+  watchdog = threading.Timer(_STOP_GRACE_S, lambda: os._exit(0))  # pylint: disable=protected-access
+  watchdog.daemon = True
+  watchdog.start()
   server.stop()
   print("stopped", flush=True)
 
