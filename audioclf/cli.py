@@ -128,6 +128,10 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     flag_values=flag_values)
   flags.DEFINE_string("output", None, "audioclf.predict: also write every result to this "
                       ".csv or .json file.", flag_values=flag_values)
+  flags.DEFINE_string("save_probabilities", None, "audioclf.predict: also write every class's "
+                      "probability per file of at most a clip to this .npz (what "
+                      "audioclf.migrate --report compares across stacks).",
+                      flag_values=flag_values)
   flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
                       "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)
@@ -136,17 +140,47 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                          ("hop_seconds", lambda v: v is None or v > 0, "positive"),
                          ("calibration_clips", lambda v: v > 0, "positive"),
                          ("output", lambda v: v is None or v.endswith((".csv", ".json")),
-                          "a .csv or .json file")):
+                          "a .csv or .json file"),
+                         ("save_probabilities", lambda v: v is None or v.endswith(".npz"),
+                          "an .npz file")):
     flags.register_validator(name, ok, f"--{name} must be {rule}", flag_values=flag_values)
 
 
-def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:
-  """--model_dir's params.json, with the flags given on the command line (or a flagfile) on top.
+def define_migrate_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The Params flags (for --report's data), plus audioclf.migrate's own. Idempotent."""
+  define_model_dir_flags(flag_values)
+  for name, help_ in (
+      ("from_model_dir", "A model_dir the legacy stack (TensorFlow 2.15, Keras 2) wrote."),
+      ("to_model_dir", "The new, empty model_dir for the current stack (Keras 3)."),
+      ("legacy_python", "--report: the legacy stack's Python, run for the legacy model's "
+                        "probabilities (default $AUDIOCLF_LEGACY_PYTHON, else .venv-legacy)."),
+      ("legacy_probabilities", "--report: the legacy model's probabilities, as "
+                               "`audioclf.predict --save_probabilities=` wrote them on the "
+                               "legacy stack, instead of running it.")):
+    if name not in flag_values:
+      flags.DEFINE_string(name, None, help_, flag_values=flag_values)
+  if "carry_optimizer_state" not in flag_values:
+    flags.DEFINE_bool("carry_optimizer_state", True, "Carry the optimizer's slots (Adam's, "
+                      "RMSprop's averages); --nocarry_optimizer_state starts them fresh.",
+                      flag_values=flag_values)
+  if "report" not in flag_values:
+    flags.DEFINE_bool("report", False, "Also compare the legacy and the migrated model on the "
+                      "same held-out clips (--split): per-class accuracy and the largest "
+                      "probability difference.", flag_values=flag_values)
+
+
+def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS,
+                         model_dir: Optional[str] = None) -> Params:
+  """A model_dir's params.json, with the flags given on the command line (or a flagfile) on top.
 
   So evaluate, predict and export run with the trained model's parameters by
   default, while --data_dir, --cache_dir or --batch_size can point elsewhere.
   With --saved_model instead, the params.json audioclf.export writes beside it
   (or, for a SavedModel without one, the defaults) take its place.
+
+  Args:
+    flag_values: the parsed flags.
+    model_dir: the model_dir to read; default --model_dir.
   """
   from audioclf import model_dir as model_dir_lib  # Keeps this module free of TensorFlow.
 
@@ -155,7 +189,7 @@ def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS) -> Params:
     has_params = os.path.isfile(os.path.join(saved_model, model_dir_lib.PARAMS_FILE))
     saved = model_dir_lib.read_params(saved_model) if has_params else Params()
   else:
-    saved = model_dir_lib.read_params(flag_values["model_dir"].value)
+    saved = model_dir_lib.read_params(model_dir or flag_values["model_dir"].value)
   given = {f.name: flag_values[f.name].value for f in dataclasses.fields(Params)
            if f.name in flag_values and flag_values[f.name].present}
   return saved.replace(**given).validate()

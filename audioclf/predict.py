@@ -6,7 +6,9 @@ most one clip. A longer file is classified in sliding windows (--hop_seconds)
 streamed from disk, and each segment where a label is heard (audioclf.segments)
 prints as `path<TAB>start<TAB>end<TAB>label<TAB>peak probability`, in seconds.
 --output also writes every result as CSV (file,start,end,label,probability;
-no start or end for a short file) or JSON.
+no start or end for a short file) or JSON. --save_probabilities=probs.npz
+writes every class's probability for each file of at most one clip (what
+`python -m audioclf.migrate --report` compares across stacks).
 """
 
 from __future__ import annotations
@@ -63,6 +65,46 @@ def center_clip(samples: np.ndarray, clip_samples: int) -> np.ndarray:
   return np.pad(window, (0, clip_samples - len(window))).astype(np.float32)
 
 
+def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params] = None
+                  ) -> tuple[list[str], np.ndarray, list[str]]:
+  """Every class's probability for each audio file's middle clip, from the latest checkpoint.
+
+  Args:
+    model_dir: a folder either engine trained.
+    paths: audio files and folders (searched recursively for audio files).
+    params: parameters to use instead of model_dir's params.json.
+
+  Returns:
+    (files, probabilities float32 [files, classes], the model's labels), in
+    the order of `paths`. Files that cannot be decoded are left out when
+    params.on_bad_file is "skip".
+
+  Raises:
+    FileNotFoundError: a path that does not exist.
+    decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
+  """
+  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  files = audio_files(paths)
+  predict_batch = models.predict_fn(model)
+  kept, batches = [], []
+  for start in range(0, len(files), params.batch_size):
+    waveforms = []
+    for path in files[start:start + params.batch_size]:
+      try:
+        samples = decode.decode_file(path, params.sample_rate, params.resample_quality)
+      except decode.BadAudioError as e:
+        if params.on_bad_file != "skip":
+          raise
+        logging.warning("audioclf: skipping %s", e)
+        continue
+      kept.append(path)
+      waveforms.append(center_clip(samples, params.clip_samples))
+    if waveforms:
+      batches.append(np.asarray(predict_batch(np.stack(waveforms)), np.float32))
+  empty = np.zeros((0, len(labels)), np.float32)
+  return kept, np.concatenate(batches) if batches else empty, labels
+
+
 def predict(model_dir: str, paths: Sequence[str],
             params: Optional[Params] = None) -> list[tuple[str, str, float]]:
   """The most probable label of each audio file.
@@ -80,29 +122,36 @@ def predict(model_dir: str, paths: Sequence[str],
     FileNotFoundError: a path that does not exist.
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  model, params, labels = model_dir_lib.load_model(model_dir, params)
-  files = audio_files(paths)
-  predict_batch = models.predict_fn(model)
-  results = []
-  for start in range(0, len(files), params.batch_size):
-    batch_files, waveforms = [], []
-    for path in files[start:start + params.batch_size]:
-      try:
-        samples = decode.decode_file(path, params.sample_rate, params.resample_quality)
-      except decode.BadAudioError as e:
-        if params.on_bad_file != "skip":
-          raise
-        logging.warning("audioclf: skipping %s", e)
-        continue
-      batch_files.append(path)
-      waveforms.append(center_clip(samples, params.clip_samples))
-    if not waveforms:
-      continue
-    probabilities = predict_batch(np.stack(waveforms))
-    for path, p in zip(batch_files, probabilities):
-      best = int(np.argmax(p))
-      results.append((path, labels[best], float(p[best])))
-  return results
+  return _best(*probabilities(model_dir, paths, params))
+
+
+def _best(files, probs, labels) -> list[tuple[str, str, float]]:
+  best = np.argmax(probs, axis=1)
+  return [(path, labels[i], float(p[i])) for path, i, p in zip(files, best, probs)]
+
+
+def save_probabilities(path: str, files: Sequence[str], probs: np.ndarray,
+                       labels: Sequence[str]) -> None:
+  """Writes what `probabilities` returned to an .npz that `load_probabilities` reads, on any stack.
+
+  Plain arrays only (no pickled objects), so numpy 1 and numpy 2 read each
+  other's files: how `python -m audioclf.migrate --report` compares a legacy
+  model's outputs, computed on the legacy stack, with the migrated model's.
+  """
+  np.savez(path, paths=np.asarray(list(files), dtype=str), probabilities=probs,
+           labels=np.asarray(list(labels), dtype=str))
+
+
+def load_probabilities(path: str) -> tuple[list[str], np.ndarray, list[str]]:
+  """(files, probabilities, labels) from a `save_probabilities` file.
+
+  Relative file paths are taken relative to the .npz's folder, so a file and
+  its clips can move together.
+  """
+  with np.load(path) as saved:
+    folder = os.path.dirname(os.path.abspath(path))
+    files = [os.path.join(folder, str(p)) for p in saved["paths"]]
+    return files, saved["probabilities"], [str(label) for label in saved["labels"]]
 
 
 def main(argv):
@@ -116,9 +165,12 @@ def main(argv):
   short = [f for f in files if f not in set(long_files)]
   results = []
   if short:
-    for path, label, probability in predict(FLAGS.model_dir, short, params):
+    short, probs, labels = probabilities(FLAGS.model_dir, short, params)
+    for path, label, probability in _best(short, probs, labels):
       print(f"{path}\t{label}\t{probability:.4f}", flush=True)
       results.append({"file": path, "label": label, "probability": probability})
+    if FLAGS.save_probabilities:
+      save_probabilities(FLAGS.save_probabilities, short, probs, labels)
   if long_files:
     for result in segments.detect(FLAGS.model_dir, long_files, params, FLAGS.hop_seconds,
                                   FLAGS.threshold, FLAGS.background_labels):

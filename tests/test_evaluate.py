@@ -73,6 +73,23 @@ def test_predict_names_the_tone_of_each_file(trained, engine, tmp_path):
     assert 1 / 3 < probability <= 1.0
 
 
+def test_predict_saves_every_probability_for_another_stack(trained, tmp_path):
+  params, _ = trained("keras")
+  for name, freq in (("low", 300.0), ("high", 1452.0)):
+    sf.write(tmp_path / f"{name}.wav", tone(freq, 0.5, params.sample_rate), params.sample_rate)
+  files, probs, labels = predict_lib.probabilities(params.model_dir, [str(tmp_path)])
+  assert probs.shape == (2, 3) and probs.dtype == np.float32
+  np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+  assert [(p, label) for p, label, _ in predict(params.model_dir, files)] == [
+      (f, labels[i]) for f, i in zip(files, np.argmax(probs, axis=1))]
+  # Paths relative to the file's folder: the file and its clips move together.
+  out = tmp_path / "probs.npz"
+  predict_lib.save_probabilities(str(out), [os.path.basename(f) for f in files], probs, labels)
+  loaded_files, loaded, loaded_labels = predict_lib.load_probabilities(str(out))
+  assert loaded_files == files and loaded_labels == labels
+  np.testing.assert_array_equal(loaded, probs)
+
+
 def test_predict_fails_on_bad_audio_unless_told_to_skip(trained, tmp_path):
   params, _ = trained("keras")
   (tmp_path / "broken.wav").write_bytes(b"RIFF not really")
