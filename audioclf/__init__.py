@@ -16,6 +16,7 @@ _LAZY = {
     "evaluate": ("audioclf.evaluate", "evaluate"),
     "export": ("audioclf.export", "export"),
     "tune": ("audioclf.tune", "tune"),
+    "migrate": ("audioclf.migrate", "migrate"),
 }
 
 

@@ -37,6 +37,7 @@ PARAMS_FILE = "params.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_NAME = "model.ckpt"  # The Estimator's name; the Keras engine uses it too.
 KEEP_CHECKPOINTS = 5  # The Estimator's default, for both engines.
+MIGRATION_KEY = "migration"  # params.json's record of what audioclf.migrate carried, if any.
 STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.stack_record().
 
 # Fields that decide the variables or what they mean: a checkpoint only makes
@@ -161,9 +162,23 @@ def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:
   write_params(model_dir, params)
 
 
-def write_params(model_dir: str, params: Params) -> None:
-  """Writes params.json: `params`, and this stack's record (see written_by)."""
+def write_params(model_dir: str, params: Params,
+                 migration: Optional[dict[str, Any]] = None) -> None:
+  """Writes params.json: `params`, this stack's record (see written_by), and any migration record.
+
+  Args:
+    model_dir: the folder.
+    params: the run's parameters.
+    migration: what audioclf.migrate carried into model_dir. A params.json
+      that has one keeps it when a resumed run rewrites the file.
+  """
+  path = os.path.join(model_dir, PARAMS_FILE)
+  if migration is None and os.path.isfile(path):
+    with open(path) as f:
+      migration = json.load(f).get(MIGRATION_KEY)
   record = {**params.to_dict(), STACK_KEY: compat.stack_record()}
+  if migration is not None:
+    record[MIGRATION_KEY] = migration
   _write_text(os.path.join(model_dir, PARAMS_FILE), json.dumps(record, indent=2, sort_keys=True)
               + "\n")
 
@@ -183,6 +198,18 @@ def latest_checkpoint(model_dir: str) -> str:
     raise ModelDirError(f"{model_dir!r} holds no checkpoint yet: train first "
                         "(python -m audioclf.train --model_dir=...)")
   return path
+
+
+def checkpoint_manager(checkpoint: tf.train.Checkpoint, directory: str,
+                       max_to_keep: int = KEEP_CHECKPOINTS) -> tf.train.CheckpointManager:
+  """Saves `checkpoint` (a `tf.train.Checkpoint(model)`) into directory as every Keras path does.
+
+  The Keras engine, the tuner's best model and audioclf.migrate write their
+  checkpoints through it, named as the Estimator names its own. Save with
+  `checkpoint_number=` the global step.
+  """
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=max_to_keep,
+                                    checkpoint_name=CHECKPOINT_NAME)
 
 
 def checkpoint_step(path: str) -> int:

@@ -351,9 +351,8 @@ def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Param
   shutil.rmtree(path, ignore_errors=True)
   model_dir_lib.prepare(params, manifest.labels)
   step = int(model.optimizer.iterations.numpy())
-  tf.train.CheckpointManager(tf.train.Checkpoint(model), path, max_to_keep=1,
-                             checkpoint_name=model_dir_lib.CHECKPOINT_NAME).save(
-                                 checkpoint_number=step)
+  model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), path, max_to_keep=1).save(
+      checkpoint_number=step)
   model_dir_lib.write_metrics(path, {
       "source": "audioclf.tune", "trial": trial.trial_id, "steps": step,
       OBJECTIVE: float(trial.score), "model_dir": path})

@@ -5,13 +5,14 @@ import sys
 
 import pytest
 
-COMMANDS = ("train", "evaluate", "export", "tune")
+COMMANDS = ("train", "evaluate", "export", "tune", "migrate")
 
 
 @pytest.mark.parametrize("first", ["module", "function"])
 def test_command_names_are_callable_after_any_import_order(first):
   # A fresh interpreter: the import order is the point, and pytest's has imported everything.
-  imports = {"module": "import audioclf.train, audioclf.evaluate, audioclf.export, audioclf.tune",
+  imports = {"module": "import audioclf.train, audioclf.evaluate, audioclf.export, "
+                       "audioclf.tune, audioclf.migrate",
              "function": "from audioclf.train import train"}[first]
   code = (f"{imports}\nimport audioclf\n"
           f"print(all(callable(getattr(audioclf, n)) for n in {COMMANDS!r}))")

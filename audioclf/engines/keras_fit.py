@@ -162,9 +162,7 @@ class _Checkpoints:
     self.latest_checkpoint = tf.train.latest_checkpoint(model_dir)
 
   def _make_manager(self, directory: str) -> tf.train.CheckpointManager:
-    return tf.train.CheckpointManager(self._checkpoint, directory,
-                                      max_to_keep=model_dir_lib.KEEP_CHECKPOINTS,
-                                      checkpoint_name=model_dir_lib.CHECKPOINT_NAME)
+    return model_dir_lib.checkpoint_manager(self._checkpoint, directory)
 
   def save(self, checkpoint_number: int) -> None:
     if self._chief:
