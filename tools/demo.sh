@@ -6,8 +6,12 @@
 #   tools/demo.sh                    # a few minutes on 2 CPU cores
 #   tools/demo.sh --train_steps=50   # extra flags go to every training run
 #   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
+# With both stacks it then tells the migration story: the legacy Estimator model migrated to Keras 3
+# (python -m audioclf.migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
+# stack, and shown beside the Keras-3-from-scratch run (tools/migration_story.py).
 # Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine> (checkpoints, TensorBoard logs,
-# labels.txt, params.json, metrics.json), runs/demo/<stack>-<engine>.json, and a table at the end.
+# labels.txt, params.json, metrics.json), runs/demo/<stack>-<engine>.json, runs/demo/current/migrated,
+# and tables at the end.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 
@@ -51,4 +55,28 @@ for k in keys:
                              for c in cells))
 print(json.dumps({"demo": rows}))
 PY
+
+# The migration story needs the Estimator's model (legacy stack) and Keras 3 (current stack).
+if [[ " ${STACKS[*]} " == *" legacy "* && " ${STACKS[*]} " == *" current "* ]]; then
+  use_stack legacy
+  LEGACY_PYTHON="$PYTHON"
+  use_stack current
+  echo "[demo] migrating the Estimator's model_dir to Keras 3, with a parity report" >&2
+  rm -rf runs/demo/current/migrated  # The demo's own: migrate writes only into a new folder.
+  "$PYTHON" -m audioclf.migrate --from_model_dir=runs/demo/legacy/estimator \
+    --to_model_dir=runs/demo/current/migrated --report --split=test \
+    --legacy_python="$LEGACY_PYTHON" | tee runs/demo/migrate.log | tail -n 1 > runs/demo/migrate.json
+  grep -v '^{' runs/demo/migrate.log  # The report's table: per-class accuracy before and after.
+  "$PYTHON" -m audioclf.evaluate --model_dir=runs/demo/current/migrated --split=test \
+    | tail -n 1 > runs/demo/migrated-evaluate.json
+  steps="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' \
+    runs/demo/migrate.json)"
+  echo "[demo] current stack: training the migrated model ${MIGRATE_MORE_STEPS:-200} steps more" >&2
+  "$PYTHON" -m audioclf.train --flagfile=flags/demo.flags --model_dir=runs/demo/current/migrated \
+    "$@" --train_steps=$((steps + ${MIGRATE_MORE_STEPS:-200})) | tee runs/demo/current-migrated.log \
+    | tail -n 1 > runs/demo/current-migrated.json
+  "$PYTHON" tools/migration_story.py runs/demo
+else
+  STACKS_SKIPPED+=("the migration story (Estimator on the legacy stack, migrated to Keras 3 and trained on): it needs both stacks")
+fi
 print_skipped
