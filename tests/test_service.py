@@ -80,3 +80,12 @@ def test_a_worker_needs_a_dispatcher(tone_params):
                         f"--data_dir={tone_params.data_dir}"], capture_output=True, text=True,
                        timeout=120)
   assert run.returncode != 0 and "--dispatcher=host:port" in run.stderr
+
+
+def test_training_refuses_a_data_service_it_cannot_use_yet(tone_params, tmp_path):
+  import pytest  # pylint: disable=g-import-not-at-top
+  import audioclf  # pylint: disable=g-import-not-at-top
+  from audioclf.params import ParamError  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ParamError, match="--data_service=grpc://127.0.0.1:1: training from"):
+    audioclf.train(tone_params.replace(model_dir=str(tmp_path / "m"),
+                                       data_service="grpc://127.0.0.1:1"))
