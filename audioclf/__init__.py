@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 # Entry points load on first use: `import audioclf` stays light, and
 # `python -m audioclf.<module>` does not find its module half-imported.
 _LAZY = {
-    "input_fn": ("audioclf.pipeline", "input_fn"),
+    "input_fn": ("audioclf.data.pipeline", "input_fn"),
     "manifest": ("audioclf.manifest", None),
     "build_model": ("audioclf.models", "build_model"),
     "train": ("audioclf.train", "train"),

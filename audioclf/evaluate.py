@@ -125,9 +125,11 @@ def _decoded(params: Params, examples, delivered: int) -> Optional[np.ndarray]:
   """
   if delivered == len(examples):
     return None
-  from audioclf.cache import ClipCache, SplitReader  # pylint: disable=g-import-not-at-top
-  cache = ClipCache(params)
-  return SplitReader(cache.split_base(examples)).lengths > 0
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  store = store_lib.Store.for_params(params)
+  split = store.open(store.split_base(store.fingerprints.of(examples)), len(examples),
+                     check_bytes=False)
+  return None if split is None else split.lengths > 0
 
 
 def main(argv):

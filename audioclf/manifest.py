@@ -33,8 +33,14 @@ class Example:
   path: str  # Absolute.
   label: str
   split: str
-  size: int  # Bytes and mtime fingerprint the file for the cache.
+  size: int
   mtime_ns: int
+  # With size and mtime, these say whether the file may have changed since its
+  # content was last fingerprinted (audioclf.data.keys): ctime moves on every
+  # write, even one that puts the mtime back.
+  ctime_ns: int = 0
+  inode: int = 0
+  device: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +124,8 @@ def _stat_examples(rows: Iterable[tuple[str, str, Optional[str], str]], params: 
       missing.append(path)
       continue
     split = split or which_split(path, params.validation_percent, params.testing_percent)
-    examples.append(Example(path, label, split, st.st_size, st.st_mtime_ns))
+    examples.append(Example(path, label, split, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                            st.st_ino, st.st_dev))
   if missing:
     for path in missing:
       logging.warning("audioclf: skipping missing file %s", path)

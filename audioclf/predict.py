@@ -57,12 +57,14 @@ def audio_files(paths: Sequence[str]) -> list[str]:
 def center_clip(samples: np.ndarray, clip_samples: int) -> np.ndarray:
   """The middle clip_samples of `samples`, zero-padded at the end if shorter.
 
-  The same window input_fn gives evaluation, so a file scores here as it
-  scored there.
+  input_fn's evaluation window, cut by the same functions (audioclf.data.
+  sampler), so a file scores here as it scored there.
   """
-  start = max(len(samples) - clip_samples, 0) // 2
-  window = samples[start:start + clip_samples]
-  return np.pad(window, (0, clip_samples - len(window))).astype(np.float32)
+  from audioclf.data import sampler  # pylint: disable=g-import-not-at-top
+  length = len(samples)
+  window = sampler.window(np.asarray(samples, np.float32), 0, length,
+                          sampler.center_start(length, clip_samples), clip_samples)
+  return window.numpy()
 
 
 def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params] = None

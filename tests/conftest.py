@@ -19,6 +19,12 @@ import pytest
 import soundfile as sf
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The content-fingerprint memo lives per host (audioclf.data.keys); tests keep
+# theirs apart from the user's, in one folder per test session.
+if "AUDIOCLF_FINGERPRINTS" not in os.environ:
+  import tempfile
+  os.environ["AUDIOCLF_FINGERPRINTS"] = os.path.join(
+      tempfile.mkdtemp(prefix="audioclf-tests-"), "fingerprints.sqlite3")
 
 ENGINES = ("keras", pytest.param("estimator", marks=pytest.mark.legacy_only))
 # A command-line check of an Estimator's model_dir where the stack has one, else of a Keras

@@ -28,7 +28,7 @@ def params_for(tmp_path, ext="wav", **kw):
 
 
 def markers(params):
-  return glob.glob(os.path.join(cache.ClipCache(params).splits_dir, "*.json"))
+  return glob.glob(os.path.join(cache.Store.for_params(params).splits_dir, "*.json"))
 
 
 def eval_waveforms(params, split=None):
@@ -79,7 +79,7 @@ def test_every_split_is_cached(tmp_path):
   assert len(markers(params)) == 2  # Train is marked once its first epoch is stored.
   for _ in audioclf.input_fn(params, "train").take(20):
     pass
-  cache.wait_for_fill()  # Training writes the split in the background.
+  cache.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
   assert len(markers(params)) == 3
 
 
@@ -120,7 +120,7 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
 
 def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tmp_path):
   params = params_for(tmp_path, "flac", validation_percent=99.9, testing_percent=0)
-  entries = os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32")
+  entries = os.path.join(cache.Store.for_params(params).entries_dir, "*", "*.f32")
   before = cache.decode_count()
   validation = eval_waveforms(params)
   assert cache.decode_count() - before == 36
@@ -161,7 +161,7 @@ def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
   proc = run_python(KILLED, params.data_dir, params.cache_dir, wait=False)
   proc.wait(timeout=120)
   assert proc.returncode == -signal.SIGKILL
-  written = glob.glob(os.path.join(cache.ClipCache(params).entries_dir, "*", "*.f32"))
+  written = glob.glob(os.path.join(cache.Store.for_params(params).entries_dir, "*", "*.f32"))
   assert 0 < len(written) < 36 and not markers(params)
   before = cache.decode_count()
   got = eval_waveforms(params)
@@ -208,7 +208,7 @@ def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
   params = params_for(tmp_path)
   for _ in audioclf.input_fn(params, "train").take(12):
     pass
-  cache.wait_for_fill()  # Training writes the split in the background.
+  cache.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
   before = cache.decode_count()
   ds = audioclf.input_fn(params, "train")
   start = time.perf_counter()
@@ -220,18 +220,20 @@ def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["<i2", "<f4"])
-def test_split_reader_windows_match_a_sample_by_sample_cut(tmp_path, dtype):
+def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
   """Windows shifted off either end of their clip, wholly outside it, over empty clips."""
+  import tensorflow as tf
+  from audioclf.data import sampler, store
   rng = np.random.default_rng(0)
   lengths = np.array([0, 1, 5, 10, 13, 30])
-  index = np.stack([np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths], 1)
+  index = np.stack([np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths,
+                    np.zeros_like(lengths)], 1)
   blob = rng.integers(-30000, 30000, lengths.sum()).astype(dtype)
   base = str(tmp_path / "split")
   blob.tofile(base + ".data")
-  np.save(base + ".idx.npy", index)
-  with open(base + ".json", "w") as f:
-    json.dump({"dtype": dtype}, f)
-  reader = cache.SplitReader(base)
+  split = store.Split(base, {"dtype": dtype, "samples": int(lengths.sum())}, index)
+  mapped = tf.raw_ops.ImmutableConst(dtype=tf.int16 if dtype == "<i2" else tf.float32,
+                                     shape=[lengths.sum()], memory_region_name=base + ".data")
   scale = np.float32(1 / 32768) if dtype == "<i2" else np.float32(1)
   for n in (1, 7, 20):
     rows, starts = rng.integers(0, len(lengths), 300), rng.integers(-40, 45, 300)
@@ -240,7 +242,10 @@ def test_split_reader_windows_match_a_sample_by_sample_cut(tmp_path, dtype):
       for k in range(n):
         if 0 <= start + k < lengths[row]:
           want[j, k] = blob[index[row, 0] + start + k] * scale
-    np.testing.assert_array_equal(reader.windows(rows, starts, n), want)
+    np.testing.assert_array_equal(split.windows(rows, starts, n), want)
+    native = np.stack([sampler.window(mapped, index[r, 0], index[r, 1], s, n).numpy()
+                       for r, s in zip(rows, starts)]).astype(np.float32) * scale
+    np.testing.assert_array_equal(native, want)
 
 
 def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import audioclf
-from audioclf import pipeline
+from audioclf.data import sampler as sampler_lib
 from conftest import write_tone_dataset
 
 
@@ -50,22 +50,61 @@ def test_train_shuffles_anew_each_epoch_and_covers_every_file(params):
   np.testing.assert_array_equal(np.concatenate(warm), np.concatenate(batches))  # Cache-blind.
 
 
-def test_cold_and_warm_training_batches_agree_across_epoch_boundaries(params):
-  """Batches run on across epochs: the cold pass completes epoch 1's last batch from epoch 2."""
-  params = params.replace(time_shift_seconds=0.0, clip_seconds=0.5)
+def batches_of(ds, steps):
+  return [(f["waveform"].numpy(), y.numpy()) for f, y in ds.take(steps)]
+
+
+def assert_same_batches(a, b):
+  assert len(a) == len(b)
+  for (wa, ya), (wb, yb) in zip(a, b):
+    np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(ya, yb)
+
+
+@pytest.mark.parametrize("ext", ["wav", "flac"])
+def test_one_seed_gives_the_same_batches_cold_warm_resumed_and_at_any_parallelism(tmp_path, ext):
+  """With the default augmentation (time shift, clips longer than the window) and noise on."""
+  data = write_tone_dataset(tmp_path / "data", per_label=8, seconds=1.3, ext=ext)
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=5,
+                           validation_percent=25, testing_percent=0, noise_prob=0.5)
+  assert params.time_shift_seconds > 0
   n = len(audioclf.manifest.load(params).split("train"))
-  params = params.replace(batch_size=5)
   assert n % 5  # The last batch of every epoch straddles two epochs.
   steps = 3 * n // 5
-  cold = [(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "train").take(steps)]
-  warm = [(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "train").take(steps)]
-  for (wc, yc), (ww, yw) in zip(cold, warm):
-    np.testing.assert_array_equal(wc, ww)
-    np.testing.assert_array_equal(yc, yw)
+  cold = batches_of(audioclf.input_fn(params, "train"), steps)
+  warm = batches_of(audioclf.input_fn(params, "train"), steps)
+  assert_same_batches(cold, warm)
+  native = batches_of(audioclf.input_fn(params, "train", native_read=True), steps)
+  assert_same_batches(native, warm)  # No Python in the graph, the same bits.
+  for step in (1, n // 5, steps - 2):  # A resume at any step continues the same stream.
+    assert_same_batches(batches_of(audioclf.input_fn(params, "train", seed_offset=step), 2),
+                        cold[step:step + 2])
+  resumed_cold = batches_of(audioclf.input_fn(params.replace(cache_dir=str(tmp_path / "c2")),
+                                              "train", seed_offset=3), steps - 3)
+  assert_same_batches(resumed_cold, cold[3:])  # Cold from the middle: same bits too.
+  one_thread = audioclf.input_fn(params, "train").with_options(_one_thread())
+  assert_same_batches(batches_of(one_thread, steps), cold)
   waves = np.concatenate([w for w, _ in cold])
+  assert len({row.tobytes() for row in waves}) == len(waves)  # New draws every epoch.
+  labels = np.concatenate([y for _, y in cold])
   for epoch in range(2):  # Every file once per epoch, whatever the batch boundaries.
-    keys = {row.tobytes() for row in waves[epoch * n:(epoch + 1) * n]}
-    assert len(keys) == n
+    counts = np.bincount(labels[epoch * n:(epoch + 1) * n], minlength=3)
+    np.testing.assert_array_equal(counts, np.bincount(np.concatenate(
+        [y for _, y in batches_of(audioclf.input_fn(params, "eval", split="train"), 99)])))
+
+
+def _one_thread():
+  options = tf.data.Options()
+  options.threading.private_threadpool_size = 1
+  return options
+
+
+def test_a_batch_larger_than_the_split_is_a_clear_error(params):
+  n = len(audioclf.manifest.load(params).split("train"))
+  with pytest.raises(ValueError, match=f"batch_size {n + 1} is larger than the 'train' split"):
+    audioclf.input_fn(params.replace(batch_size=n + 1), "train")
+  ds = audioclf.input_fn(params.replace(batch_size=n + 1), "eval", split="train")
+  assert [int(y.shape[0]) for _, y in ds] == [n]  # Evaluation: one short batch, no repeat.
 
 
 def test_labels_match_their_folders(params):
@@ -93,40 +132,44 @@ def test_graph_mode_gives_what_eager_gives(params):
   np.testing.assert_array_equal(np.concatenate(got), eager)
 
 
-def test_random_window_shifts_and_pads_within_bounds():
-  params = audioclf.Params(sample_rate=100, clip_seconds=1.0, time_shift_seconds=0.2)
-  ramp = tf.range(1, 81, dtype=tf.float32)  # 0.8 s: shorter than the clip.
-  outs = [pipeline._random_window(ramp, params, key).numpy() for key in range(50)]
-  assert all(o.shape == (100,) for o in outs)
-  for o in outs:
-    nz = o[o != 0]
-    np.testing.assert_array_equal(nz, np.arange(nz[0], nz[0] + len(nz)))  # One contiguous piece.
-  assert len({o.tobytes() for o in outs}) > 10
-  long = tf.range(1, 301, dtype=tf.float32)
-  starts = {int(pipeline._random_window(long, params, key).numpy()[50]) for key in range(50)}
-  np.testing.assert_array_equal(pipeline._random_window(long, params, 7),
-                                pipeline._random_window(long, params, 7))  # Reproducible.
-  assert len(starts) > 10
+def test_window_starts_shift_within_bounds_and_cover_the_span():
+  u = tf.constant(np.linspace(0, 1, 1000, endpoint=False), tf.float64)
+  starts = sampler_lib.window_start(u, 80, n=100, shift=20).numpy()  # A clip shorter than n.
+  assert starts.min() == -20 and starts.max() == 20
+  starts = sampler_lib.window_start(u, 300, n=100, shift=20).numpy()  # A longer one.
+  assert starts.min() == -20 and starts.max() == 220 and len(set(starts)) > 200
 
 
-def test_center_window_is_deterministic():
+def test_window_slices_and_pads():
+  ramp = tf.range(1, 81, dtype=tf.float32)
+  for start in (-100, -30, 0, 10, 70, 80, 200):
+    got = sampler_lib.window(ramp, 0, 80, start, 100).numpy()
+    want = np.array([k + 1 if 0 <= k < 80 else 0 for k in range(start, start + 100)], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_center_start_is_the_middle():
+  assert int(sampler_lib.center_start(10, 4)) == 3
+  assert int(sampler_lib.center_start(10, 12)) == 0
   ramp = tf.range(10, dtype=tf.float32)
-  np.testing.assert_array_equal(pipeline._center_window(ramp, 4), [3, 4, 5, 6])
-  np.testing.assert_array_equal(pipeline._center_window(ramp, 12), list(range(10)) + [0, 0])
-  ds = tf.data.Dataset.from_tensors(ramp).map(lambda w: pipeline._center_window(w, 4))
-  np.testing.assert_array_equal(next(iter(ds)), [3, 4, 5, 6])  # Also inside tf.data.
+  np.testing.assert_array_equal(sampler_lib.window(ramp, 0, 10, 3, 4), [3, 4, 5, 6])
 
 
 def test_noise_is_added_at_the_asked_snr():
   params = audioclf.Params(noise_prob=1.0, noise_snr_db=20.0)
-  clean = tf.sin(tf.linspace(0.0, 400.0, 16000))
-  noise = (pipeline._add_noise(clean, params) - clean).numpy()
+  sampler = sampler_lib.Sampler(params, 1)
+  clean = tf.sin(tf.linspace(0.0, 400.0, 16000))[None]
+  noise = (sampler.add_noise(clean, 0) - clean).numpy()
   snr = 20 * np.log10(np.sqrt(np.mean(clean.numpy() ** 2)) / np.sqrt(np.mean(noise ** 2)))
   assert abs(snr - 20.0) < 0.5
-  np.testing.assert_array_equal(pipeline._add_noise(clean, params.replace(noise_prob=0.0)), clean)
-  batch = tf.stack([clean] * 200)
-  noisy_rows = (pipeline._add_noise(batch, params.replace(noise_prob=0.3), 5) != batch).numpy()
+  quiet = sampler_lib.Sampler(params.replace(noise_prob=0.0), 1)
+  np.testing.assert_array_equal(quiet.add_noise(clean, 0), clean)
+  batch = tf.concat([clean] * 200, 0)
+  some = sampler_lib.Sampler(params.replace(noise_prob=0.3), 1)
+  noisy_rows = (some.add_noise(batch, 5) != batch).numpy()
   assert 30 < noisy_rows.any(axis=1).sum() < 90  # Chosen per example, not per batch.
+  np.testing.assert_array_equal(some.add_noise(batch, 5), some.add_noise(batch, 5))
+  assert not np.array_equal(some.add_noise(batch, 5), some.add_noise(batch, 6))
 
 
 def test_bad_mode_split_and_empty_split(params):

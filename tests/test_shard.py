@@ -4,23 +4,28 @@ import numpy as np
 import pytest
 
 from audioclf import manifest as manifest_lib, pipeline
+from audioclf.data import sampler as sampler_lib
 
 
 def test_shards_of_an_epoch_hold_each_file_once(tone_params):
-  order = pipeline._Order(tone_params, 0)
+  params = tone_params.replace(batch_size=1)
   n = 10
-  epochs = [list(pipeline._Order(tone_params, 0, shard=(i, 3)).rows(n, repeat=True)
-                 .take(2 * len(range(i, n, 3))).as_numpy_iterator()) for i in range(3)]
-  whole = list(order.rows(n, repeat=True).take(2 * n).as_numpy_iterator())
-  for i, rows in enumerate(epochs):
+
+  def rows(shard, count):
+    s = sampler_lib.Sampler(params, n, shard)
+    return [int(s.example(g)[0]) for g in range(count)]
+
+  whole = rows(None, 2 * n)
+  epochs = [rows((i, 3), 2 * len(range(i, n, 3))) for i in range(3)]
+  for i, got in enumerate(epochs):
     share = len(range(i, n, 3))
     # Each epoch of shard i is every third file of that epoch's permutation, from i on.
-    assert rows[:share] == whole[i:n:3]
-    assert rows[share:] == whole[n + i:2 * n:3]
-  assert sorted(r for i, rows in enumerate(epochs) for r in rows[:len(range(i, n, 3))]) \
+    assert got[:share] == whole[i:n:3]
+    assert got[share:] == whole[n + i:2 * n:3]
+  assert sorted(r for i, got in enumerate(epochs) for r in got[:len(range(i, n, 3))]) \
       == list(range(n))
   with pytest.raises(ValueError, match="shard"):
-    pipeline._Order(tone_params, 0, shard=(2, 2))
+    sampler_lib.Sampler(params, n, (2, 2))
 
 
 def test_sharded_evaluation_reads_the_split_once_between_shards(tone_params):

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from audioclf import decode
 from audioclf.compat import keras
+from audioclf.data import sampler
 from audioclf.params import Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -163,21 +164,18 @@ def read_and_decode(workload: Workload, params: Params) -> Callable[[tf.Tensor],
 def random_crop(samples: tf.Tensor, params: Params) -> tf.Tensor:
   """A random clip_samples window, shifted up to time_shift_seconds, zero-padded.
 
-  The windows audioclf's training input draws (start uniform in [-shift,
-  max(length, n) - n + shift]), cut the cheap way: slice first, then pad only
-  the slice, so each example copies clip_samples floats, not the whole
-  (5 s) clip. Every pipeline here uses it, so the in-memory limit is a limit.
+  The windows audioclf's training input draws (audioclf.data.sampler: start
+  uniform in [-shift, max(length - n, 0) + shift]), cut the cheap way: slice
+  first, then pad only the slice, so each example copies clip_samples floats,
+  not the whole (5 s) clip. Every pipeline here uses it, so the in-memory
+  limit is a limit.
   """
   n = params.clip_samples
   shift = int(round(params.time_shift_seconds * params.sample_rate))
-  length = tf.shape(samples)[0]
-  start = tf.random.uniform([], -shift, tf.maximum(length, n) - n + shift + 1, dtype=tf.int32)
-  lo = tf.clip_by_value(start, 0, length)
-  hi = tf.clip_by_value(start + n, 0, length)
-  # A window wholly past the end has lo == hi: it is all padding.
-  left = tf.clip_by_value(lo - start, 0, n)
-  window = tf.pad(samples[lo:hi], [[left, n - left - (hi - lo)]])
-  return tf.ensure_shape(window, [n])
+  length = tf.shape(samples, out_type=tf.int64)[0]
+  # audioclf's own window functions, with a stateful draw as a user would write.
+  start = sampler.window_start(tf.random.uniform([], dtype=tf.float64), length, n, shift)
+  return sampler.window(samples, 0, length, start, n)
 
 
 def _to_features(waveforms, labels):

@@ -1,0 +1,54 @@
+"""A process that exits with an audioclf pipeline still running ends, neither hanging nor aborting.
+
+The hazard: a pipeline with Python in it (the cold pass's soundfile decode
+and split write, a cold run's later epochs; `tf.numpy_function` calls) keeps
+calling Python from tf.data's threads for as long as its iterator lives.
+When a script ends with one alive (it took a batch and returned, an
+exception unwound it, Ctrl-C), the iterator is destroyed only while the
+interpreter finalizes: its destructor waits for the calls in flight, and
+those can no longer take the GIL (a hang), or are unwound through a C++
+`noexcept` frame (an abort, rc 134).
+
+The remedy: `install()` registers an `atexit` hook, and atexit hooks run
+before finalization, while every thread can still run Python. The hook
+destroys every live tf.data iterator there and then, so each one's in-flight
+calls finish and no new ones start. The process then exits with the code it
+was going to exit with. A warm pipeline has no Python in it and needs none of
+this; the cold pipeline installs it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import gc
+
+
+@functools.cache
+def install() -> None:
+  """Registers the hook, once per process."""
+  atexit.register(close_live_iterators)
+
+
+def close_live_iterators() -> int:
+  """Destroys the resource of every live eager tf.data iterator; returns how many.
+
+  An iterator's resource is its handle tensor: dropping the last reference
+  deletes it, which stops the iterator's threads and waits for its calls in
+  flight (with the GIL free to serve them). The Python objects stay; using
+  one afterwards fails, which is moot at exit.
+  """
+  try:
+    from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return 0
+  gc.collect()  # Iterators only garbage holds go first, the ordinary way.
+  closed = 0
+  for obj in gc.get_objects():
+    if isinstance(obj, iterator_ops.OwnedIterator) and "_iterator_resource" in vars(obj):
+      # Private to TF (2.15 and 2.21 alike), so reached through vars(): were
+      # it renamed, the hook would close nothing rather than fail.
+      del obj._iterator_resource  # pylint: disable=protected-access
+      closed += 1
+  gc.collect()
+  return closed

@@ -1,0 +1,293 @@
+"""Filling a split of the cache: each file decoded once, then the split written end to end.
+
+A `Fill` belongs to whoever reads the split first: the cold pipeline (its
+methods then run on tf.data's threads, through tf.numpy_function) or `fill()`
+(a thread pool, for the cache command, the tuner and the benchmarks). It
+decodes files as they are asked for, and `finish` decodes whatever is left,
+writes the split (`store.Store.write_split`) and marks it complete. All of
+its state is its own: nothing here outlives the objects its caller holds,
+but the count of decodes this process made (`decode_count`, a metric).
+
+  python -m audioclf.cache --flagfile=...   # fill() every split, with a progress bar
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from audioclf import decode, manifest as manifest_lib
+from audioclf.data import store as store_lib
+from audioclf.manifest import Example, Manifest
+from audioclf.params import SPLITS, Params
+
+# Files decoded from their source in this process: a metric that tests, the
+# tuner and the cache command read; no decision depends on it.
+_decodes_lock = threading.Lock()
+_decoded = [0]
+
+
+def _count_decodes(n: int = 1) -> None:
+  with _decodes_lock:
+    _decoded[0] += n
+
+
+def decode_count() -> int:
+  """Files this process decoded from their source (not read from the cache) so far.
+
+  Counts soundfile decodes as they happen and canonical WAVs when a fill
+  writes its split (it reads those from source again there).
+  """
+  return _decoded[0]
+
+
+class Fill:
+  """One pass that fills a split: decodes files as they are asked for, then writes the split."""
+
+  def __init__(self, store: store_lib.Store, examples: Sequence[Example],
+               fingerprints: Sequence[str], params: Params, base: Optional[str] = None):
+    self.store, self.params = store, params
+    self.examples, self.fingerprints = list(examples), list(fingerprints)
+    self.base = base or store.split_base(self.fingerprints)
+    self.split: Optional[store_lib.Split] = None
+    self.error: Optional[BaseException] = None
+    self._lock = threading.Lock()
+    self._started = False
+    self._thread: Optional[threading.Thread] = None
+    self._logged: set[str] = set()
+    self._inflight: dict[int, threading.Event] = {}
+    self._donors: Optional[dict[bytes, tuple[str, int]]] = None  # Fingerprint -> (split, row).
+    self._opened: dict[str, Optional[store_lib.Split]] = {}
+
+  # --- Decoding, one file at a time (tf.data's threads call this through numpy_function).
+
+  def decode(self, row) -> np.ndarray:
+    """float32 samples of the split's `row`-th file: its entry, a complete split's copy, or decoded.
+
+    Returns zero samples for a bad file under on_bad_file="skip".
+
+    Raises:
+      decode.BadAudioError: a bad file under on_bad_file="fail".
+    """
+    row = int(row)
+    with self._lock:
+      # `finish` may reach a file the pipeline is decoding right now: wait for that instead.
+      busy = self._inflight.get(row)
+      if busy is None:
+        self._inflight[row] = threading.Event()
+    if busy is not None:
+      busy.wait()
+      return self.decode(row)  # Reads what the other call wrote, or fails as it did.
+    try:
+      return self._decode(row)
+    finally:
+      with self._lock:
+        self._inflight.pop(row).set()
+
+  def _decode(self, row: int) -> np.ndarray:
+    fp = self.fingerprints[row]
+    samples = self.store.read_entry(fp)
+    if samples is not None:
+      return samples
+    samples = self._from_complete_split(row, fp)
+    if samples is not None:
+      return samples
+    example = self.examples[row]
+    try:
+      samples = decode.decode_file(example.path, self.params.sample_rate,
+                                   self.params.resample_quality)
+    except decode.BadAudioError as e:
+      if self.params.on_bad_file != "skip":
+        raise
+      with self._lock:
+        if e.path not in self._logged:
+          self._logged.add(e.path)
+          logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
+      samples = np.zeros(0, np.float32)
+    _count_decodes()
+    self.store.write_entry(fp, samples)
+    return samples
+
+  def _from_complete_split(self, row: int, fp: str) -> Optional[np.ndarray]:
+    """The file's clip from a complete split that holds it (checked), or None.
+
+    A written split drops its entries: a later fill finds the clips there, in
+    this very split (another process completed it) or in another one of the
+    same files (an edited dataset's older split).
+    """
+    if self.store.complete(self.base):
+      base = self.base
+    else:
+      with self._lock:
+        if self._donors is None:
+          self._donors = self.store.donors()
+      base, row = self._donors.get(fp.encode(), (None, None))
+      if base is None:
+        return None
+    with self._lock:
+      if base not in self._opened:
+        count = len(self.examples) if base == self.base else None
+        try:
+          with open(base + ".json", "rb") as f:
+            self._opened[base] = store_lib.check_files(base, f.read(), count)
+        except (OSError, store_lib.DamagedSplitError):
+          self._opened[base] = None  # Pruned meanwhile, or damaged: decode instead.
+      split = self._opened[base]
+    if split is None:
+      return None
+    try:
+      return split.clip(row)  # Checked against the clip's CRC: a damaged copy is not taken.
+    except (OSError, ValueError, store_lib.DamagedSplitError):
+      return None
+
+  # --- Writing the split.
+
+  def finish(self, background: bool = False) -> np.int64:
+    """Decodes what is left and writes the split file, its index and marker, once per Fill.
+
+    With `background`, the writing runs on its own thread, so training keeps
+    getting batches meanwhile. The thread is no daemon: Python waits for it at
+    exit, so a run that stops right after its first epoch still leaves a
+    complete split. Without, it returns when the split is written (an
+    evaluation pass, whose caller may look at the cache next).
+    """
+    with self._lock:
+      if self._started:
+        return np.int64(0)
+      self._started = True
+    if not self.store.writable:
+      return np.int64(0)
+    if not background:
+      self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
+      return np.int64(0)
+    self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill")
+    self._thread.start()
+    return np.int64(0)
+
+  def _write_logged(self) -> None:
+    try:
+      self._write()
+    except BaseException as e:  # pylint: disable=broad-except
+      # A bad file under "fail" also fails the pass that met it, which names
+      # it to the user; a full disk fails the batches that need the split.
+      self.error = e
+      logging.error("audioclf: the cache of this split was not written: %s", e)
+
+  def _write(self) -> None:
+    start = time.time()
+    self.split = self.store.write_split(self.base, self.fingerprints, self._source)
+    skipped = len(self.split.skipped)
+    if skipped:
+      logging.warning("audioclf: skipped %d bad files of %d", skipped, len(self.examples))
+    logging.info("audioclf: cached %d clips (%.1f MB) in %.2fs", len(self.examples),
+                 self.split.samples * np.dtype(self.split.dtype).itemsize / 1e6,
+                 time.time() - start)
+
+  def _native_words(self, row: int, header_only: bool = False) -> Optional[bytes]:
+    """The sample bytes of a canonical PCM16 WAV at the target rate (b"" with header_only), else None."""
+    example = self.examples[row]
+    try:
+      with open(example.path, "rb") as f:
+        head = f.read(decode.HEADER_BYTES)  # One open per file: header, then samples.
+        if decode.native_wav_header_ok(head, example.size, self.params.sample_rate):
+          return b"" if header_only else f.read()
+    except OSError:
+      pass  # Decoding says what is wrong with it, or skips it.
+    return None
+
+  def _source(self, row: int, dtype: str) -> np.ndarray:
+    """The clip of `row` as the split stores it; raises NotNative for int16 of a non-canonical file."""
+    data = self._native_words(row)
+    if data is not None:
+      _count_decodes()  # Read from source again just now.
+      words = np.frombuffer(data, "<i2")
+      return words if dtype == "<i2" else words.astype(np.float32) * store_lib.PCM16_SCALE
+    if dtype == "<i2":
+      raise store_lib.NotNative(self.examples[row].path)
+    return self.decode(row)
+
+  # --- Reading the written split (a cold run's later epochs).
+
+  def wait(self) -> store_lib.Split:
+    """The written split, once the fill's writer is done.
+
+    Raises:
+      RuntimeError: the split could not be written (full disk, bad file): says why.
+    """
+    if not self._started:
+      self.finish()
+    if self._thread is not None:
+      self._thread.join()
+    if self.split is None:
+      reason = self.error or "the cache folder is read-only"
+      raise RuntimeError(f"audioclf: could not write the cache of split {self.base}: {reason}")
+    return self.split
+
+  def lengths(self, rows: np.ndarray) -> np.ndarray:
+    return self.wait().lengths[rows]
+
+  def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+    return self.wait().windows(rows, starts, n)
+
+  # --- Filling ahead of time.
+
+  def fill_now(self, progress: bool = False) -> None:
+    """Decodes every file on a thread pool (soundfile and soxr drop the GIL), then writes the split."""
+    def one(row: int) -> None:
+      if self._native_words(row, header_only=True) is None:
+        self.decode(row)  # Canonical WAVs are read when the split is written.
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+      done = pool.map(one, range(len(self.examples)))
+      if progress:
+        from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+        done = tqdm(done, total=len(self.examples), unit="file", disable=None)
+      for _ in done:
+        pass
+    self.finish()
+
+
+def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Manifest] = None,
+         progress: bool = False) -> dict[str, dict]:
+  """Fills every split in `splits` into the cache now; returns per-split counts.
+
+  Training fills the cache during its first epoch anyway; this is for filling
+  it ahead of time (a data-prep machine, many tuner trials, a benchmark).
+  The tuner, the benchmarks and `python -m audioclf.cache` all call it.
+
+  Returns:
+    {split: {"files": n, "kept": n, "decoded": n, "was_cached": bool}}.
+
+  Raises:
+    decode.BadAudioError: a bad file under on_bad_file="fail".
+    OSError: the cache could not be written (a full disk): nothing of it is left behind.
+  """
+  manifest = manifest or manifest_lib.load(params)
+  store = store_lib.Store.for_params(params)
+  store.prepare()
+  report = {}
+  for split in splits:
+    examples = manifest.split(split)
+    if not examples:
+      continue
+    fingerprints = store.fingerprints.of(examples)
+    base = store.split_base(fingerprints)
+    before = decode_count()
+    opened = store.open(base, len(examples))
+    was_cached = opened is not None
+    if not was_cached:
+      if progress:
+        logging.info("audioclf: filling the %s split (%d files)", split, len(examples))
+      job = Fill(store, examples, fingerprints, params, base)
+      job.fill_now(progress)
+      opened = job.split
+    report[split] = {"files": len(examples),
+                     "kept": len(examples) - len(opened.skipped) if opened else None,
+                     "decoded": decode_count() - before, "was_cached": was_cached}
+  return report

@@ -1,0 +1,174 @@
+"""Processes that use input_fn end: no hang, no abort, the right exit code and a clear error.
+
+Every case runs in its own interpreter under a timeout, as a library user's
+script would: peek at a batch and return, raise mid-run, Ctrl-C, a bad file,
+a full disk, a read-only cache; cold and warm, WAV and FLAC, train and eval.
+"""
+
+import concurrent.futures
+import contextlib
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import audioclf
+from audioclf import cache
+from conftest import write_tone_dataset
+
+SCRIPT = textwrap.dedent("""
+  import sys, audioclf
+  data, cache_dir, mode, scenario = sys.argv[1:5]
+  p = audioclf.Params(data_dir=data, cache_dir=cache_dir, batch_size=4, validation_percent=30,
+                      testing_percent=0)
+  it = iter(audioclf.input_fn(p, mode))
+  next(it)
+  if scenario == "raise":
+    raise RuntimeError("user code failed mid-run")
+  if scenario == "interrupt":
+    raise KeyboardInterrupt
+  if scenario == "read_on":
+    for _ in range(60):
+      next(it, None)
+  print("peeked", flush=True)
+""")
+TIMEOUT_S = 240
+
+
+def run_all(cases):
+  """Runs (data, cache_dir, mode, scenario) cases, a few at once; returns CompletedProcess each."""
+  def one(case):
+    cmd = [sys.executable, "-c", SCRIPT, *map(str, case)]
+    try:
+      return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+      return subprocess.CompletedProcess(cmd, "timeout", e.stdout or "", str(e.stderr or ""))
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    return list(pool.map(one, cases))
+
+
+def datasets(tmp_path, exts=("wav", "flac")):
+  return {ext: write_tone_dataset(tmp_path / ext, per_label=6, seconds=2.0, ext=ext)
+          for ext in exts}
+
+
+def warm_cache(data, cache_dir):
+  cache.fill(audioclf.Params(data_dir=data, cache_dir=cache_dir, validation_percent=30,
+                             testing_percent=0))
+  return cache_dir
+
+
+def explain(case, out):
+  return f"{case}: rc={out.returncode}\n{out.stderr[-2500:]}"
+
+
+def matrix(tmp_path, scenario, modes=("train", "eval")):
+  cases = []
+  for ext, data in datasets(tmp_path).items():
+    for state in ("cold", "warm"):
+      for mode in modes:
+        cache_dir = str(tmp_path / f"cache-{ext}-{state}-{mode}")
+        if state == "warm":
+          warm_cache(data, cache_dir)
+        cases.append((data, cache_dir, mode, scenario))
+  return cases
+
+
+def test_peek_and_exit_ends_with_rc_0_cold_flac_train(tmp_path):
+  """The case that hung most often before: a soundfile decode in flight at exit."""
+  data = datasets(tmp_path, ("flac",))["flac"]
+  cases = [(data, tmp_path / f"cache{i}", "train", "peek") for i in range(2)]
+  for case, out in zip(cases, run_all(cases)):
+    assert out.returncode == 0 and "peeked" in out.stdout, explain(case, out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["peek", "read_on"])
+def test_scripts_that_stop_reading_end_with_rc_0(tmp_path, scenario):
+  cases = matrix(tmp_path, scenario)
+  for case, out in zip(cases, run_all(cases)):
+    assert out.returncode == 0 and "peeked" in out.stdout, explain(case, out)
+
+
+@pytest.mark.slow
+def test_an_exception_mid_run_ends_with_rc_1_and_its_message(tmp_path):
+  cases = matrix(tmp_path, "raise")
+  for case, out in zip(cases, run_all(cases)):
+    assert out.returncode == 1 and "user code failed mid-run" in out.stderr, explain(case, out)
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_ends_the_process(tmp_path):
+  cases = matrix(tmp_path, "interrupt")
+  for case, out in zip(cases, run_all(cases)):
+    # Python ends an unhandled KeyboardInterrupt as killed by SIGINT (rc -2), never rc 134.
+    assert out.returncode in (-2, 130, 1) and "KeyboardInterrupt" in out.stderr, \
+        explain(case, out)
+
+
+def truncate_one_per_split(folder):
+  """Cuts the first file of the train and of the validation split to 300 bytes; returns them."""
+  manifest = audioclf.manifest.load(audioclf.Params(data_dir=folder, validation_percent=30,
+                                                    testing_percent=0))
+  victims = [manifest.split(split)[0].path for split in ("train", "validation")]
+  for victim in victims:
+    with open(victim, "r+b") as f:
+      f.truncate(300)
+  return victims
+
+
+def test_a_bad_file_under_fail_ends_with_rc_1_naming_it(tmp_path):
+  cases, victims = [], []
+  for ext, folder in datasets(tmp_path).items():
+    bad = truncate_one_per_split(folder)
+    for mode in ("train", "eval"):
+      cases.append((folder, tmp_path / f"cache-{ext}-{mode}", mode, "read_on"))
+      victims.append(bad)
+  for case, bad, out in zip(cases, victims, run_all(cases)):
+    assert out.returncode == 1, explain(case, out)
+    assert "bad audio file" in out.stderr, explain(case, out)
+    assert any(v in out.stderr for v in bad), explain(case, out)
+
+
+@contextlib.contextmanager
+def tmpfs(path, size, *options):
+  os.makedirs(path, exist_ok=True)
+  mount = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join((f"size={size}",) + options),
+                          "tmpfs", str(path)], capture_output=True, text=True)
+  if mount.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here to fill a disk: {mount.stderr.strip()}")
+  try:
+    yield str(path)
+  finally:
+    subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_full_disk_ends_with_rc_1_and_leaves_no_temporary_files(tmp_path):
+  data = datasets(tmp_path)
+  with tmpfs(tmp_path / "full", "160k") as full:
+    cases = [(folder, os.path.join(full, f"{ext}-{mode}"), mode, "read_on")
+             for ext, folder in data.items() for mode in ("train", "eval")]
+    for case, out in zip(cases, run_all(cases)):
+      assert out.returncode == 1, explain(case, out)
+      assert "No space left on device" in out.stderr, explain(case, out)
+    assert not glob.glob(os.path.join(full, "**", "*.tmp"), recursive=True)
+
+
+def test_a_read_only_cache_decodes_without_writing_and_warns_once(tmp_path, caplog):
+  data = datasets(tmp_path, ("flac",))["flac"]
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "ro"), batch_size=4,
+                           validation_percent=30, testing_percent=0)
+  want = [y.numpy() for _, y in audioclf.input_fn(params.replace(cache_dir=str(tmp_path / "rw")),
+                                                   "train").take(12)]
+  with tmpfs(tmp_path / "ro", "1m", "ro"):
+    got = [y.numpy() for _, y in audioclf.input_fn(params, "train").take(12)]
+    evaluated = sum(int(y.shape[0]) for _, y in audioclf.input_fn(params, "eval"))
+    assert os.listdir(params.cache_dir) == []
+  np.testing.assert_array_equal(np.concatenate(got), np.concatenate(want))
+  assert evaluated == len(audioclf.manifest.load(params).split("validation"))
+  warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]
+  assert len(warnings) == 1  # Once per process, however many input_fn calls.
