@@ -62,6 +62,7 @@ class Fill:
     self._thread: Optional[threading.Thread] = None
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
+    self._decoded: set[int] = set()  # Rows this fill decoded (or read back) already.
     self._donors: Optional[dict[bytes, tuple[str, int]]] = None  # Fingerprint -> (split, row).
     self._opened: dict[str, Optional[store_lib.Split]] = {}
 
@@ -85,7 +86,10 @@ class Fill:
       busy.wait()
       return self.decode(row)  # Reads what the other call wrote, or fails as it did.
     try:
-      return self._decode(row)
+      samples = self._decode(row)
+      with self._lock:
+        self._decoded.add(row)
+      return samples
     finally:
       with self._lock:
         self._inflight.pop(row).set()
@@ -166,6 +170,13 @@ class Fill:
     if not background:
       self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
       return np.int64(0)
+    if self.params.on_bad_file == "fail":
+      # The files the pass has not reached are decoded here, in the element
+      # that asked: a bad one fails the run that met it (not only the writer
+      # thread, whose error no one would see), naming the file.
+      for row in range(len(self.examples)):
+        if row not in self._decoded and self._native_words(row, header_only=True) is None:
+          self.decode(row)
     self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill")
     self._thread.start()
     return np.int64(0)

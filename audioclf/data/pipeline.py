@@ -278,15 +278,17 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   skip = params.on_bad_file == "skip"
   first_batch = tf.cast(first_batch, tf.int64)
   first_example = first_batch * batch
-  # Training: the first epoch's worth of whole batches is cold (files // batch
-  # of them: a run of exactly one epoch of steps leaves a complete cache);
-  # `finish` decodes the files those did not reach and writes the split.
-  # Later batches are cut from it, as a warm run's are. A read-only cache is
-  # never written, so there every batch is cold.
-  cold_batches = n // batch
+  # Training: the batches that reach every file of the first epoch are cold
+  # (ceil(files / batch) of them: a bad file under "fail" is met in the
+  # foreground). The element that completes the epoch's last whole batch
+  # (files // batch of them: a run of exactly one epoch of steps leaves a
+  # complete cache) calls `finish`, which decodes what the pass has not
+  # reached and writes the split; later batches are cut from it, as a warm
+  # run's are. A read-only cache is never written: there every batch is cold.
+  cold_batches = -(-n // batch)
   if training:
     stop = first_example + cold_batches * batch if writable else None
-    last = first_example + cold_batches * batch - 1
+    last = first_example + (n // batch) * batch - 1
   else:
     stop, last = None, n - 1
 
