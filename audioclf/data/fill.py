@@ -152,7 +152,7 @@ class Fill:
 
   # --- Writing the split.
 
-  def finish(self, background: bool = False) -> np.int64:
+  def finish(self, background: bool = False, pending: Sequence[int] = ()) -> np.int64:
     """Decodes what is left and writes the split file, its index and marker, once per Fill.
 
     With `background`, the writing runs on its own thread, so training keeps
@@ -160,6 +160,11 @@ class Fill:
     exit, so a run that stops right after its first epoch still leaves a
     complete split. Without, it returns when the split is written (an
     evaluation pass, whose caller may look at the cache next).
+
+    `pending`: rows the pass will reach only after this call (in batches a
+    short run may never take). Under on_bad_file="fail" they are decoded
+    here, in the element that asked: a bad one fails the run that met it
+    rather than only the writer thread, whose error no one would see.
     """
     with self._lock:
       if self._started:
@@ -171,10 +176,7 @@ class Fill:
       self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
       return np.int64(0)
     if self.params.on_bad_file == "fail":
-      # The files the pass has not reached are decoded here, in the element
-      # that asked: a bad one fails the run that met it (not only the writer
-      # thread, whose error no one would see), naming the file.
-      for row in range(len(self.examples)):
+      for row in sorted(set(int(r) for r in pending)):
         if row not in self._decoded and self._native_words(row, header_only=True) is None:
           self.decode(row)
     self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill")

@@ -279,12 +279,12 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   first_batch = tf.cast(first_batch, tf.int64)
   first_example = first_batch * batch
   # Training: the batches that reach every file of the first epoch are cold
-  # (ceil(files / batch) of them: a bad file under "fail" is met in the
-  # foreground). The element that completes the epoch's last whole batch
-  # (files // batch of them: a run of exactly one epoch of steps leaves a
-  # complete cache) calls `finish`, which decodes what the pass has not
-  # reached and writes the split; later batches are cut from it, as a warm
-  # run's are. A read-only cache is never written: there every batch is cold.
+  # (ceil(files / batch) of them). The element that completes the epoch's
+  # last whole batch (files // batch of them: a run of exactly one epoch of
+  # steps leaves a complete cache) calls `finish`, which decodes what the
+  # pass has not reached and writes the split; later batches are cut from
+  # it, as a warm run's are. A read-only cache is never written: there every
+  # batch is cold.
   cold_batches = -(-n // batch)
   if training:
     stop = first_example + cold_batches * batch if writable else None
@@ -306,7 +306,12 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
     return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
 
   def finish():
-    return tf.numpy_function(lambda: fill.finish(background=training), [], tf.int64,
+    if training and cold_batches > n // batch:
+      # The rows of the cold batch after the one this element completes.
+      pending = sampler.batch(first_batch + n // batch)[0]
+    else:
+      pending = tf.zeros([0], tf.int64)
+    return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
                              stateful=True)
 
   def decode_one(g):
