@@ -3,12 +3,15 @@
 Assembly only: which clips and draws come when is `sampler`, the cache files
 and their checks are `store`, decoding and writing a split is `fill`.
 
-  warm (the split is cached): rows and draws per batch -> each window sliced
-      out of the memory-mapped split (native ops only) -> batch
-  cold (first pass): rows and draws per batch -> each file decoded (canonical
-      WAVs natively, the rest through soundfile in a numpy_function) ->
-      window -> batch; the element that completes the first epoch's batches
-      writes the split, and training goes on with the warm cut over it.
+  warm (the split is cached): rows and draws of batch k -> one numpy call cuts
+      every window out of the memory-mapped split (Split.windows); with
+      native_read, each window is sliced out of the file mapped as a tensor
+      instead (native ops only, no Python: a tf.data service can run it)
+  cold (first pass): rows and draws per example -> each file decoded
+      (canonical WAVs natively, the rest through soundfile in a
+      numpy_function) -> window -> batch; the element that completes the
+      first epoch's whole batches writes the split, and training goes on with
+      the warm cut over it.
 """
 
 from __future__ import annotations
@@ -108,8 +111,8 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
         "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
         "audioclf.cache --flagfile=...)")
   else:
-    fill = Fill(store, examples, fingerprints, params, base)
-    ds = _cold(params, fill, labels, sampler, training, first_batch)
+    job = Fill(store, examples, fingerprints, params, base)
+    ds = _cold(params, job, labels, sampler, training, first_batch)
 
   # Prefetch last: the next batches are prepared while the model trains on this one.
   return ds.prefetch(AUTOTUNE).with_options(_options(params, training))
