@@ -55,8 +55,12 @@ FLOAT_LAYERS = (LogMelSpectrogram, keras.layers.LayerNormalization)
 _NO_KERNEL = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 
 
-class UnsupportedOpsError(ValueError):
-  """The model holds ops that TensorFlow Lite has no builtin kernel for."""
+class UnsupportedOpsError(model_dir_lib.ModelDirError):
+  """The model holds ops that TensorFlow Lite has no builtin kernel for.
+
+  A ModelDirError: the model_dir holds no model this command can export, and
+  the commands end on it in one line (cli.user_error).
+  """
 
   def __init__(self, ops: Sequence[str], detail: str):
     self.ops = list(ops)
