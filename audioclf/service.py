@@ -15,7 +15,6 @@ so it never serves a half-filled cache. Both print a status line every
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -34,22 +33,23 @@ _STATUS_EVERY_S = flags.DEFINE_float("status_every_s", 60.0, "Seconds between st
                                      lower_bound=0.1)
 
 ROLES = ("dispatcher", "worker")
-_STOP_GRACE_S = 15.0  # How long a server may take to stop once told to.
 
 
 def _serve(server, status) -> None:
-  """Prints status() every --status_every_s until SIGTERM or SIGINT, then stops `server`."""
+  """Prints status() every --status_every_s until SIGTERM or SIGINT, then stops `server`.
+
+  Waits in slices of a fraction of a second: the signal may land on one of
+  TensorFlow's threads, and Python runs its handler only once the main
+  thread wakes up.
+  """
   stop = threading.Event()
   for signum in (signal.SIGTERM, signal.SIGINT):
     signal.signal(signum, lambda *_: stop.set())
-  start = time.monotonic()
-  while not stop.wait(_STATUS_EVERY_S.value):
-    print(f"{status()}; up {time.monotonic() - start:.0f} s", flush=True)
-  # A server that does not stop in time (a worker whose dispatcher is gone
-  # can wait on it) must not outlive the signal: end the process regardless.
-  watchdog = threading.Timer(_STOP_GRACE_S, lambda: os._exit(0))  # pylint: disable=protected-access
-  watchdog.daemon = True
-  watchdog.start()
+  start = last = time.monotonic()
+  while not stop.wait(0.2):
+    if time.monotonic() - last >= _STATUS_EVERY_S.value:
+      last = time.monotonic()
+      print(f"{status()}; up {last - start:.0f} s", flush=True)
   server.stop()
   print("stopped", flush=True)
 

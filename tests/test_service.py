@@ -89,3 +89,19 @@ def test_training_refuses_a_data_service_it_cannot_use_yet(tone_params, tmp_path
   with pytest.raises(ParamError, match="--data_service=grpc://127.0.0.1:1: training from"):
     audioclf.train(tone_params.replace(model_dir=str(tmp_path / "m"),
                                        data_service="grpc://127.0.0.1:1"))
+
+
+def test_sigterm_stops_a_server_between_its_status_lines():
+  # Status every 60 s (the default): the signal must not wait for the next one.
+  port = cluster.free_ports(1)[0]
+  lines = _Lines(subprocess.Popen([sys.executable, "-m", "audioclf.service", "dispatcher",
+                                   f"--port={port}"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True))
+  try:
+    lines.wait_for("listening")
+    start = time.monotonic()
+    _stop(lines)
+    assert time.monotonic() - start < 30
+  finally:
+    if lines.proc.poll() is None:
+      lines.proc.kill()
