@@ -1,4 +1,4 @@
-"""tools/bench_train.py and tools/gpu_check.py run end to end and print what they promise."""
+"""tools/bench_train.py, tools/bench_stacks.py and tools/gpu_check.py run end to end and print what they promise."""
 
 import json
 import os
@@ -45,3 +45,19 @@ def test_bench_train_smoke_prints_the_table_and_writes_json_and_png(tmp_path):
     assert row["steps_per_s"] > 0
   assert rows[("keras", "limit")]["ratio_to_limit"] == 1.0
   assert png.stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path):
+  import tensorflow as tf
+  from audioclf import compat
+  out = tmp_path / "round.json"
+  proc = _run(["tools/bench_stacks.py", "--worker", "--model=cnn", "--width=4", "--nospec_augment",
+               "--batch_size=16", "--steps=4", "--warmup_steps=2", "--n_wav=32",
+               "--limit_batches=2", f"--out_dir={tmp_path / 'work'}", f"--result={out}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(out.read_text())
+  assert result["stack"] == compat.STACK
+  assert result["tensorflow"] == tf.__version__
+  assert result["measured_steps"] == 2
+  assert result["steps_per_s"] > 0
