@@ -12,12 +12,14 @@ so the service reads the cache with native ops only.
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Optional
 
 import tensorflow as tf
 
-from audioclf.params import DATA_SERVICE_ADDRESS
+from audioclf.manifest import DataError, Manifest
+from audioclf.params import DATA_SERVICE_ADDRESS, Params
 
 
 def check_address(address: str) -> str:
@@ -62,3 +64,66 @@ def distribute(dataset: tf.data.Dataset, address: str,
   return dataset.apply(tf.data.experimental.service.distribute(
       processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
       service=check_address(address), job_name=job_name))
+
+
+def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
+  """What a host holds as `split`: each file's path under the data root and content fingerprint.
+
+  Paths are relative, so a dataset copied to another folder (or host) lists
+  the same; fingerprints are of the content, so mtimes do not matter.
+  """
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  examples = manifest.split(split)
+  fingerprints = store_lib.Store.for_params(params).fingerprints.of(examples)
+  root = params.data_dir or os.path.dirname(os.path.abspath(params.manifest))
+  return "".join(f"{os.path.relpath(e.path, root)}\t{fp}\n"
+                 for e, fp in zip(examples, fingerprints))
+
+
+def _listing_path(params: Params, split: str) -> str:
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  return os.path.join(store_lib.Store.for_params(params).root, "served", f"{split}.tsv")
+
+
+def publish(params: Params, manifest: Manifest, split: str = "train") -> str:
+  """Writes this worker's listing of `split` where trainers look for it (under the cache root)."""
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  path = _listing_path(params, split)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  store_lib.atomic_write(path, listing(params, manifest, split).encode())
+  return path
+
+
+def check_workers(params: Params, manifest: Manifest, split: str = "train") -> None:
+  """Raises DataError unless every worker of params.data_service holds this host's `split`.
+
+  Each worker reads its published listing with native ops in a small job of
+  its own (parallel_epochs: every worker sends one element) and the trainer
+  compares them with its own, file by file.
+
+  Raises:
+    manifest.DataError: a worker has not published the split (it has not
+      filled this cache), or its files differ; the message names them.
+  """
+  path = _listing_path(params, split)
+  probe = tf.data.Dataset.from_tensors(tf.constant(path)).map(tf.io.read_file).apply(
+      tf.data.experimental.service.distribute(
+          processing_mode=tf.data.experimental.service.ShardingPolicy.OFF,
+          service=check_address(params.data_service)))
+  try:
+    theirs = [t.numpy().decode() for t in probe]
+  except tf.errors.NotFoundError as e:
+    raise DataError(f"a tf.data service worker of {params.data_service} has no {path}: it has "
+                    "not filled the cache for this data, or uses another --cache_dir or decoding "
+                    "parameters (python -m audioclf.service worker --flagfile=<this run's>)") from e
+  ours = dict(line.split("\t") for line in listing(params, manifest, split).splitlines())
+  for text in theirs:
+    other = dict(line.split("\t") for line in text.splitlines())
+    differing = sorted(name for name in ours.keys() | other.keys()
+                       if ours.get(name) != other.get(name))
+    if differing:
+      shown = ", ".join(differing[:10]) + (f" and {len(differing) - 10} more"
+                                           if len(differing) > 10 else "")
+      raise DataError(f"a tf.data service worker of {params.data_service} holds another "
+                      f"{split!r} split than this host: {len(differing)} files differ or are "
+                      f"missing on one side: {shown}")

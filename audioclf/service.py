@@ -71,8 +71,9 @@ def main(argv):
   manifest = manifest_lib.load(params)
   # Fill first: a worker serves a complete cache or nothing.
   decoded = pipeline.fill_cache(params, manifest, splits=("train",))
-  print(f"cache ready ({decoded} files decoded) for {params.data_dir or params.manifest}",
-        flush=True)
+  listing = dataservice.publish(params, manifest)
+  print(f"cache ready ({decoded} files decoded) for {params.data_dir or params.manifest}; "
+        f"listed in {listing}", flush=True)
   server = dataservice.worker(_DISPATCHER.value, _PORT.value, _WORKER_HOST.value)
   print(f"worker registered with {_DISPATCHER.value}", flush=True)
   _serve(server, lambda: f"worker of {_DISPATCHER.value}: {server._num_tasks()} tasks")  # pylint: disable=protected-access

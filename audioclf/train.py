@@ -18,7 +18,7 @@ from audioclf import cluster as cluster_lib
 from audioclf import engines
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
-from audioclf.params import ParamError, Params
+from audioclf.params import Params
 
 
 def train(params: Params) -> dict[str, Any]:
@@ -44,11 +44,6 @@ def train(params: Params) -> dict[str, Any]:
     manifest.DataError: the data source is unusable.
   """
   params.validate()  # First: a typo fails at once, before the data is scanned.
-  if params.data_service:
-    # Never train silently on local batches when the service was asked for.
-    raise ParamError(f"--data_service={params.data_service}: training from a tf.data service "
-                     "needs the data layer's native cache read, not in this version yet; "
-                     "drop the flag to read locally")
   train_fn = engines.get(params.engine)
   start = time.perf_counter()
   task = cluster_lib.current_task()

@@ -8,6 +8,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from audioclf import cli, cluster, manifest as manifest_lib, pipeline
 
 
@@ -82,13 +84,93 @@ def test_a_worker_needs_a_dispatcher(tone_params):
   assert run.returncode != 0 and "--dispatcher=host:port" in run.stderr
 
 
-def test_training_refuses_a_data_service_it_cannot_use_yet(tone_params, tmp_path):
-  import pytest  # pylint: disable=g-import-not-at-top
-  import audioclf  # pylint: disable=g-import-not-at-top
-  from audioclf.params import ParamError  # pylint: disable=g-import-not-at-top
-  with pytest.raises(ParamError, match="--data_service=grpc://127.0.0.1:1: training from"):
-    audioclf.train(tone_params.replace(model_dir=str(tmp_path / "m"),
-                                       data_service="grpc://127.0.0.1:1"))
+def _id_dataset(root, clips=24):
+  """clips files of 0.5 s whose every sample is (id + 1) * 100 (PCM16): a window names its clip."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import soundfile as sf  # pylint: disable=g-import-not-at-top
+  for i in range(clips):
+    folder = os.path.join(str(root), ("even", "odd")[i % 2])
+    os.makedirs(folder, exist_ok=True)
+    sf.write(os.path.join(folder, f"clip{i:03d}_nohash_0.wav"),
+             np.full(8000, (i + 1) * 100, np.int16), 16000, subtype="PCM_16")
+  return str(root)
+
+
+def _ids(batch):
+  return tuple(int(round(v * 32768 / 100)) - 1 for v in batch[0]["waveform"][:, 4000].numpy())
+
+
+def _servers(flagfiles, port):
+  dispatcher = _start("dispatcher", f"--port={port}")
+  dispatcher.wait_for("listening")
+  workers = []
+  for flagfile, worker_port in zip(flagfiles, cluster.free_ports(len(flagfiles))):
+    workers.append(_start("worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
+                          "--worker_host=127.0.0.1", f"--flagfile={flagfile}"))
+  for worker in workers:
+    worker.wait_for("registered")
+  dispatcher.wait_for(f"{len(workers)} workers")
+  return [dispatcher, *workers]
+
+
+@pytest.mark.slow
+def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
+  from audioclf import Params  # pylint: disable=g-import-not-at-top
+  params = Params(data_dir=_id_dataset(tmp_path / "data"), cache_dir=str(tmp_path / "cache"),
+                  validation_percent=0, testing_percent=0, clip_seconds=0.5,
+                  time_shift_seconds=0, batch_size=4)
+  flagfile = str(tmp_path / "data.flags")
+  cli.to_flagfile(params, flagfile)
+  port = cluster.free_ports(1)[0]
+  servers = _servers([flagfile, flagfile], port)
+  try:
+    manifest = manifest_lib.load(params)
+    epoch = len(manifest.split("train")) // params.batch_size  # 6 batches an epoch.
+    # The local pipeline's batch k, by clip ids: what the service must deliver, each once.
+    local = {_ids(b): k for k, b in enumerate(pipeline.input_fn(params, "train").take(6 * epoch))}
+    served = pipeline.input_fn(params.replace(data_service=f"grpc://127.0.0.1:{port}"), "train")
+    seen = []
+    for batch in served.take(5 * epoch):
+      seen.append(local[_ids(batch)])  # KeyError: a batch the local pipeline never makes.
+      if set(range(2 * epoch)) <= set(seen):
+        break
+    assert len(seen) == len(set(seen)), seen  # No batch twice.
+    for e in range(2):  # Each clip once in each of the first two epochs.
+      ids = [i for k in seen if e * epoch <= k < (e + 1) * epoch
+             for i in next(ids for ids, j in local.items() if j == k)]
+      assert sorted(ids) == list(range(len(manifest.split("train")))), (e, seen)
+  finally:
+    for server in servers:
+      if server.proc.poll() is None:
+        server.proc.kill()
+
+
+@pytest.mark.slow
+def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import soundfile as sf  # pylint: disable=g-import-not-at-top
+  from audioclf import Params  # pylint: disable=g-import-not-at-top
+  root = _id_dataset(tmp_path / "data", clips=8)
+  params = Params(data_dir=root, cache_dir=str(tmp_path / "cache"), validation_percent=0,
+                  testing_percent=0, clip_seconds=0.5, batch_size=4)
+  pipeline.fill_cache(params, manifest_lib.load(params), splits=("train",))
+  # The worker's copy: same names, one file with other samples.
+  copy = str(tmp_path / "copy")
+  shutil.copytree(root, copy)
+  sf.write(os.path.join(copy, "odd", "clip003_nohash_0.wav"), np.zeros(8000, np.int16), 16000,
+           subtype="PCM_16")
+  flagfile = str(tmp_path / "worker.flags")
+  cli.to_flagfile(params.replace(data_dir=copy), flagfile)
+  port = cluster.free_ports(1)[0]
+  servers = _servers([flagfile], port)
+  try:
+    with pytest.raises(manifest_lib.DataError, match=r"1 files differ.*odd/clip003_nohash_0.wav"):
+      pipeline.input_fn(params.replace(data_service=f"grpc://127.0.0.1:{port}"), "train")
+  finally:
+    for server in servers:
+      if server.proc.poll() is None:
+        server.proc.kill()
 
 
 def test_sigterm_stops_a_server_between_its_status_lines():

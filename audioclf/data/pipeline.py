@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from audioclf import decode, manifest as manifest_lib
+from audioclf import dataservice, decode, manifest as manifest_lib
 from audioclf.data import exit_guard
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
@@ -101,7 +101,19 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   fingerprints = store.fingerprints.of(examples)
   base = store.split_base(fingerprints)
   cached = store.open(base, len(examples))
-  if cached is not None:
+  if training and params.data_service:
+    if cached is None:
+      raise manifest_lib.DataError(
+          f"the {split!r} split of {source} is not in the cache {store.root!r}: the trainer "
+          "names the split the service's workers serve by its cache; fill it first "
+          "(python -m audioclf.cache --flagfile=...)")
+    if sampler.shard[1] > 1:
+      raise ValueError(f"--data_service={params.data_service} feeds one trainer; several "
+                       "(a multi-worker cluster) are not supported")
+    if tf.executing_eagerly():  # The Estimator checks before it builds its graph.
+      dataservice.check_workers(params, manifest, split)
+    ds = _served(params, cached, labels, sampler, first_batch)
+  elif cached is not None:
     warm = _warm_native if native_read else _warm
     ds = warm(params, cached, labels, sampler, training, first_batch)
   elif sampler.shard[1] > 1:
@@ -266,6 +278,45 @@ def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sam
   # PCM16 as libsndfile scales it (exact: a power of two), once per batch.
   scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
   return _batches(ds, params, sampler, training, first_batch, scale)
+
+
+def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+            first_batch) -> tf.data.Dataset:
+  """Training batches from the tf.data service at params.data_service (see audioclf.dataservice).
+
+  Batch k's rows and draws are the sampler's, as everywhere; the service's
+  workers cut them, with native ops only (a worker cannot call back into this
+  process's Python), out of their own copy of the split: the same file, by
+  the same content key, under the same --cache_dir path. distributed_epoch
+  hands each batch number to one worker, so each clip is read once per
+  epoch across all of them. Windows cross the wire in the cache's dtype
+  (int16 for PCM16 sources: half of float32) and are scaled here.
+  """
+  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
+  table = tf.constant(np.stack([split.offsets, split.lengths,
+                                np.where(split.lengths > 0, labels, -1)], 1).astype(np.int64))
+  path, samples, n = split.data_path, max(split.samples, 1), params.clip_samples
+
+  def cut(k):
+    rows, u = sampler.batch(k)
+    offsets, lengths, y = tf.unstack(tf.gather(table, rows), axis=1)
+    starts = sampler.train_start(u, lengths)
+    # The split mapped inside the worker's function (a tensor made here would
+    # travel in the graph, whole), then one gather for the batch.
+    blob = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[samples], memory_region_name=path)
+    at = starts[:, None] + tf.range(n, dtype=tf.int64)[None, :]
+    inside = (at >= 0) & (at < lengths[:, None])
+    w = tf.where(inside, tf.gather(blob, offsets[:, None] + tf.clip_by_value(
+        at, 0, tf.maximum(lengths[:, None] - 1, 0))), tf.zeros([], dtype))
+    return w, tf.cast(y, tf.int32)
+
+  ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS).map(
+      cut, num_parallel_calls=AUTOTUNE)
+  if split.skipped:  # A row of length zero is a file skipped as bad: regroup without it.
+    ds = ds.unbatch().filter(lambda w, y: y >= 0).batch(params.batch_size, drop_remainder=True)
+  ds = dataservice.distribute(ds, params.data_service)
+  scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
+  return _batches(ds, params, sampler, True, first_batch, scale, batched=True)
 
 
 def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,

@@ -12,6 +12,7 @@ from absl import logging
 
 from audioclf import cluster as cluster_lib
 from audioclf import compat
+from audioclf import dataservice
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.compat import keras
@@ -192,6 +193,8 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   meter = StallMeter()
   device = prefetch_device(params)
   shard = None
+  if params.data_service:
+    dataservice.check_workers(params, manifest)  # Eagerly: train_input runs in a graph.
   if task is not None and task.type != "evaluator":
     shard = (task.worker_id, task.num_workers)
     # A worker reads its share of the train split from the cache: fill it

@@ -1,0 +1,108 @@
+"""Training input from a tf.data service on loopback, next to the same pipeline in process.
+
+  python tools/bench_service.py [--n_wav=2000 --step_ms=30 --steps=150]
+
+Generates --n_wav 1 s PCM16 WAVs, fills the cache, then consumes training
+batches behind a simulated step of --step_ms (a sleep: the pipeline runs
+meanwhile, as it does behind a real step) from: the local pipeline, and the
+service (a dispatcher and 1, then 2, workers started with `python -m
+audioclf.service`, all on 127.0.0.1). Prints examples/s side by side, and the
+same without a step (the input's own ceiling). On one host the workers share
+the trainer's cores, so the service can only cost: it pays where its workers
+run on other hosts, with cores of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchdata  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from audioclf import cli, cluster, pipeline  # pylint: disable=wrong-import-position
+from audioclf import manifest as manifest_lib  # pylint: disable=wrong-import-position
+
+flags.DEFINE_integer("n_wav", 2000, "1 s 16 kHz PCM16 WAV files to generate.")
+flags.DEFINE_integer("batch_size", 64, "Examples per batch.")
+flags.DEFINE_float("step_ms", 30.0, "Simulated training step, in milliseconds.")
+flags.DEFINE_integer("steps", 150, "Batches per measurement (after 10 of warm-up).")
+flags.DEFINE_list("workers", ["1", "2"], "Service worker counts to measure.")
+flags.DEFINE_string("out_dir", "/tmp/audioclf_bench_service", "Generated files and cache.")
+FLAGS = flags.FLAGS
+
+
+def examples_per_sec(ds, steps: int, step_s: float, batch_size: int) -> float:
+  it = iter(ds)
+  for _ in range(10):  # Warm-up: graph, threads, the service's job.
+    next(it)
+  start = time.perf_counter()
+  for _ in range(steps):
+    next(it)
+    if step_s:
+      time.sleep(step_s)
+  return steps * batch_size / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def service(flagfile: str, workers: int):
+  """A dispatcher and `workers` workers on 127.0.0.1, as subprocesses; yields its address."""
+  port, *ports = cluster.free_ports(1 + workers)
+  command = [sys.executable, "-m", "audioclf.service"]
+  procs = [subprocess.Popen([*command, "dispatcher", f"--port={port}"],
+                            stdout=subprocess.PIPE, text=True)]
+  try:
+    for worker_port in ports:
+      procs.append(subprocess.Popen(
+          [*command, "worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
+           "--worker_host=127.0.0.1", f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
+          text=True))
+    for proc in procs[1:]:
+      for line in proc.stdout:
+        if "registered" in line:
+          break
+      else:
+        raise RuntimeError("a service worker ended before it registered")
+    yield f"grpc://127.0.0.1:{port}"
+  finally:
+    for proc in reversed(procs):  # Workers first, while their dispatcher still answers.
+      proc.terminate()
+      try:
+        proc.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        print(f"(pid {proc.pid} outlived SIGTERM by 60 s: killed)", file=sys.stderr)
+        proc.kill()
+        proc.wait()
+
+
+def main(argv):
+  del argv
+  data_dir = os.path.join(FLAGS.out_dir, "wav")
+  benchdata.make_files(benchdata.WORKLOADS["wav"], data_dir, FLAGS.n_wav)
+  params = benchdata.audioclf_params(data_dir, os.path.join(FLAGS.out_dir, "cache")).replace(
+      batch_size=FLAGS.batch_size)
+  pipeline.fill_cache(params, manifest_lib.load(params), splits=("train",))
+  flagfile = os.path.join(FLAGS.out_dir, "service.flags")
+  cli.to_flagfile(params, flagfile)
+
+  rows = [("in process", None)] + [(f"service, {n} worker{'s' * (int(n) > 1)}", int(n))
+                                   for n in FLAGS.workers]
+  print(f"{'input':<22}{'behind a ' + str(FLAGS.step_ms) + ' ms step':>22}{'no step':>12}"
+        "   examples/s")
+  for name, workers in rows:
+    with (service(flagfile, workers) if workers else contextlib.nullcontext()) as address:
+      ds = pipeline.input_fn(params.replace(data_service=address), "train")
+      stepped = examples_per_sec(ds, FLAGS.steps, FLAGS.step_ms / 1000, FLAGS.batch_size)
+      free = examples_per_sec(ds, FLAGS.steps, 0, FLAGS.batch_size)
+    print(f"{name:<22}{stepped:>22,.0f}{free:>12,.0f}", flush=True)
+  print(f"(a step of {FLAGS.step_ms} ms caps it at {FLAGS.batch_size / FLAGS.step_ms * 1000:,.0f}; "
+        f"{os.cpu_count()} cores shared by trainer and workers)")
+
+
+if __name__ == "__main__":
+  app.run(main)
