@@ -111,6 +111,8 @@ class SpecAugment(keras.layers.Layer):
     self.max_time_frames = int(max_time_frames)
 
   def call(self, inputs, training: Optional[bool] = None):
+    if not self.freq_masks and not self.time_masks:
+      return inputs  # Switched off (--nospec_augment): no op in any graph.
     if training is None:
       # Graph-mode Keras 2 (the model that model_to_estimator clones) says it
       # through the learning phase; a plain Keras 3 call means inference.

@@ -108,10 +108,13 @@ def build_model(params: Params, num_classes: int) -> keras.Model:
   waveform = keras.Input(shape=(params.clip_samples,), dtype="float32", name=INPUT_NAME)
   log_mel = LogMelSpectrogram.from_params(params, name="log_mel")
   x = log_mel(waveform)
-  if params.spec_augment:
-    frames = log_mel.num_frames(params.clip_samples)
-    x = SpecAugment(max_freq_bins=max(1, params.n_mels // 5),
-                    max_time_frames=max(1, frames // 10), name="spec_augment")(x)
+  # The layer is there with or without masks: Keras 3 keys a checkpoint by
+  # layer position, so --spec_augment must not move the layers after it (a
+  # model_dir then restores with the flag either way, as on Keras 2).
+  frames = log_mel.num_frames(params.clip_samples)
+  masks = 2 if params.spec_augment else 0
+  x = SpecAugment(freq_masks=masks, max_freq_bins=max(1, params.n_mels // 5), time_masks=masks,
+                  max_time_frames=max(1, frames // 10), name="spec_augment")(x)
   x = layers.Reshape((-1, params.n_mels, 1), name="add_channel")(x)
   # Standardise each clip's log-mel over time and frequency. A log-mel level
   # moves with the recording gain, which says nothing about the class; and a
