@@ -15,6 +15,7 @@ so it never serves a half-filled cache. Both print a status line every
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -33,6 +34,7 @@ _STATUS_EVERY_S = flags.DEFINE_float("status_every_s", 60.0, "Seconds between st
                                      lower_bound=0.1)
 
 ROLES = ("dispatcher", "worker")
+_STOP_GRACE_S = 15.0  # How long a server may take to stop once told to.
 
 
 def _serve(server, status) -> None:
@@ -50,6 +52,11 @@ def _serve(server, status) -> None:
     if time.monotonic() - last >= _STATUS_EVERY_S.value:
       last = time.monotonic()
       print(f"{status()}; up {last - start:.0f} s", flush=True)
+  # WorkerServer.stop can wait for ever once its dispatcher is gone (seen here:
+  # workers alive 12 minutes after SIGTERM): the process ends regardless.
+  watchdog = threading.Timer(_STOP_GRACE_S, os._exit, args=(0,))
+  watchdog.daemon = True
+  watchdog.start()
   server.stop()
   print("stopped", flush=True)
 

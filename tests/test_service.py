@@ -187,3 +187,26 @@ def test_sigterm_stops_a_server_between_its_status_lines():
   finally:
     if lines.proc.poll() is None:
       lines.proc.kill()
+
+
+def test_a_worker_whose_dispatcher_is_gone_still_stops(tone_params, tmp_path):
+  flagfile = str(tmp_path / "data.flags")
+  cli.to_flagfile(tone_params.replace(cache_dir=str(tmp_path / "cache")), flagfile)
+  port, worker_port = cluster.free_ports(2)
+  dispatcher = _start("dispatcher", f"--port={port}")
+  worker = None
+  try:
+    dispatcher.wait_for("listening")
+    worker = _start("worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
+                    "--worker_host=127.0.0.1", f"--flagfile={flagfile}")
+    worker.wait_for("registered")
+    dispatcher.proc.kill()
+    dispatcher.proc.wait(timeout=30)
+    start = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=60) == 0
+    assert time.monotonic() - start < 40
+  finally:
+    for lines in (worker, dispatcher):
+      if lines is not None and lines.proc.poll() is None:
+        lines.proc.kill()
