@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 from absl import app, flags
 
-from audioclf.params import SPLITS, ParamError, Params, field_types
+from audioclf.params import SPLITS, ParamError, Params, field_types, flag_value
 
 # Set to 1 to see the traceback of an error that a command would report as one line.
 TRACEBACK_ENV = "AUDIOCLF_TRACEBACK"
@@ -28,8 +28,19 @@ _HELP = {
     "batch_size": "Examples per batch.",
     "shuffle_seed": "Seed of the file shuffle; unset for a new order every run.",
     "time_shift_seconds": "Training: random shift of the clip window, in seconds.",
-    "noise_prob": "Training: chance of adding white noise to an example.",
-    "noise_snr_db": "Training: signal-to-noise ratio of that noise.",
+    "wanted_words": "The words to classify (Speech Commands' 12-class task: yes,no,up,down,left,"
+                    "right,on,off,stop,go); the other labels become _unknown_. Empty: every "
+                    "label is a class.",
+    "unknown_percent": "With --wanted_words: _unknown_ clips (other words, chosen by a stable hash) "
+                       "as a percentage of each split's wanted-word clips.",
+    "silence_percent": "_silence_ clips (zeros plus background noise) as a percentage of each "
+                       "split's wanted-word clips.",
+    "noise_prob": "Training: chance of mixing noise into an example: an excerpt of a background "
+                  "recording (--noise_dir, else <data_dir>/_background_noise_), else white noise.",
+    "noise_snr_db": "Training: signal-to-noise ratio of that noise in dB: one level, or min,max "
+                    "of a uniform range.",
+    "noise_dir": "Folder of long background recordings (any format soundfile reads) to mix into "
+                 "training examples; default <data_dir>/_background_noise_ where it exists.",
     "n_mels": "Mel bands of the log-mel front end.",
     "frame_ms": "STFT window length in milliseconds.",
     "stride_ms": "STFT hop in milliseconds.",
@@ -82,6 +93,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_integer(field.name, default, help_, flag_values=flag_values)
     elif tp is float:
       flags.DEFINE_float(field.name, default, help_, flag_values=flag_values)
+    elif tp is tuple:
+      flags.DEFINE_list(field.name, [str(v) for v in default], help_, flag_values=flag_values)
     else:
       flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
 
@@ -206,7 +219,7 @@ def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None
     if isinstance(value, bool):
       lines.append(f"--{field.name}" if value else f"--no{field.name}")
     else:
-      lines.append(f"--{field.name}={value}")
+      lines.append(f"--{field.name}={flag_value(value)}")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
 

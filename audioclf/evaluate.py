@@ -127,9 +127,12 @@ def _decoded(params: Params, examples, delivered: int) -> Optional[np.ndarray]:
     return None
   from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   store = store_lib.Store.for_params(params)
-  split = store.open(store.split_base(store.fingerprints.of(examples)), len(examples),
+  files = [e for e in examples if not e.virtual]  # The cache's rows; _silence_ clips follow.
+  split = store.open(store.split_base(store.fingerprints.of(files)), len(files),
                      check_bytes=False)
-  return None if split is None else split.lengths > 0
+  if split is None:
+    return None
+  return np.concatenate([split.lengths > 0, np.ones(len(examples) - len(files), bool)])
 
 
 def main(argv):

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import hashlib
 import io
+import math
 import os
 import re
 import stat
@@ -22,6 +23,11 @@ AUDIO_EXTENSIONS = frozenset(
 # so a folder from the real dataset splits exactly as its authors split it.
 _MAX_NUM_WAVS_PER_CLASS = 2**27 - 1
 _NOHASH = re.compile(r"_nohash_.*$")
+# Speech Commands' names: the classes --wanted_words adds, and the folder of long
+# recordings that training mixes in (never a label).
+SILENCE = "_silence_"
+UNKNOWN = "_unknown_"
+NOISE_FOLDER = "_background_noise_"
 
 
 class DataError(ValueError):
@@ -42,17 +48,28 @@ class Example:
   inode: int = 0
   device: int = 0
 
+  @property
+  def virtual(self) -> bool:
+    """A _silence_ clip: no file, its samples are zeros (plus noise, as the pipeline mixes it)."""
+    return not self.path
+
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
   labels: tuple[str, ...]  # Sorted vocabulary; a label's id is its index.
-  examples: tuple[Example, ...]
+  examples: tuple[Example, ...]  # Each split's files, then its _silence_ clips.
   root: str  # Folder the data lives in (data_dir, or the CSV's folder).
+  noise: tuple[Example, ...] = ()  # Background recordings to mix in (label "", split "train").
 
   def split(self, name: str) -> list[Example]:
+    """The split's examples in input_fn's order: its files, then its virtual _silence_ clips."""
     if name not in SPLITS:
       raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
     return [e for e in self.examples if e.split == name]
+
+  def files(self, name: str) -> list[Example]:
+    """The split's examples that are files (what the cache holds), in order."""
+    return [e for e in self.split(name) if not e.virtual]
 
   def label_id(self, label: str) -> int:
     return self.labels.index(label)
@@ -90,6 +107,8 @@ def load(params: Params) -> Manifest:
     manifest = _from_csv(params)
   else:
     manifest = _from_folders(params)
+  manifest = _classes(manifest, params)
+  manifest = dataclasses.replace(manifest, noise=tuple(_noise(manifest.root, params)))
   if not manifest.examples:
     raise DataError(f"no audio files found in {params.manifest or params.data_dir}")
   if len(manifest.labels) < 2:
@@ -97,6 +116,73 @@ def load(params: Params) -> Manifest:
         f"{params.manifest or params.data_dir} has a single class {list(manifest.labels)}: "
         "a classifier needs at least two labels")
   return manifest
+
+
+def _classes(manifest: Manifest, params: Params) -> Manifest:
+  """Applies --wanted_words, --unknown_percent and --silence_percent, as Speech Commands' recipe.
+
+  Each split keeps its wanted-word clips; of the others, ceil(unknown_percent %
+  of them) become _unknown_ clips, chosen by a stable hash of their path
+  relative to the data (so a copied dataset, another host or another run
+  chooses the same ones), the rest are left out; then ceil(silence_percent %)
+  virtual _silence_ clips are appended. Both classes are labels whenever their
+  percentage is set, so the class list is what the flags say.
+
+  Raises:
+    DataError: a wanted word is no label of the data.
+  """
+  wanted = set(params.wanted_words) or set(manifest.labels)
+  missing = sorted(wanted - set(manifest.labels))
+  if missing:
+    raise DataError(f"--wanted_words {', '.join(missing)} not among the labels of "
+                    f"{params.manifest or params.data_dir}: {', '.join(manifest.labels)}")
+  if not params.wanted_words and not params.silence_percent:
+    return manifest
+  examples, labels = [], set(wanted)
+  if params.unknown_percent:
+    labels.add(UNKNOWN)
+  if params.silence_percent:
+    labels.add(SILENCE)
+  for split in SPLITS:
+    kept = [e for e in manifest.examples if e.split == split and e.label in wanted]
+    others = sorted((e for e in manifest.examples if e.split == split and e.label not in wanted),
+                    key=lambda e: _stable_hash(os.path.relpath(e.path, manifest.root)))
+    unknown = others[:math.ceil(len(kept) * params.unknown_percent / 100)]
+    chosen = {e.path for e in unknown}
+    # In the order they were found, as every other clip.
+    examples += [e if e.label in wanted else dataclasses.replace(e, label=UNKNOWN)
+                 for e in manifest.examples if e.split == split and (
+                     e.label in wanted or e.path in chosen)]
+    examples += [Example("", SILENCE, split, 0, 0)
+                 for _ in range(math.ceil(len(kept) * params.silence_percent / 100))]
+  return Manifest(tuple(sorted(labels)), tuple(examples), manifest.root)
+
+
+def _stable_hash(text: str) -> str:
+  return hashlib.sha1(text.replace(os.sep, "/").encode("utf-8")).hexdigest()
+
+
+def _noise(root: str, params: Params) -> list[Example]:
+  """The background recordings: --noise_dir, else <root>/_background_noise_ where it holds audio.
+
+  Raises:
+    DataError: --noise_dir is no folder or holds no audio file; a missing
+      listed file under on_bad_file="fail".
+  """
+  folder = params.noise_dir and os.path.abspath(params.noise_dir)
+  if folder and not os.path.isdir(folder):
+    raise DataError(f"noise_dir {params.noise_dir!r} does not exist or is not a folder")
+  folder = folder or os.path.join(root, NOISE_FOLDER)
+  if not os.path.isdir(folder):
+    return []
+  rows = []
+  for dirpath, dirnames, filenames in os.walk(folder):
+    dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    rows += [(os.path.join(dirpath, name), "", "train", "") for name in sorted(filenames)
+             if os.path.splitext(name)[1].lower() in AUDIO_EXTENSIONS]
+  if not rows and params.noise_dir:
+    raise DataError(f"noise_dir {params.noise_dir!r} holds no audio files")
+  return _stat_examples(rows, params)
 
 
 def _stat_examples(rows: Iterable[tuple[str, str, Optional[str], str]], params: Params,

@@ -47,6 +47,13 @@ class Params:
   manifest: Optional[str] = None
   validation_percent: float = 10.0  # Used only where no list/CSV split says otherwise.
   testing_percent: float = 10.0
+  # The classes (Speech Commands' 12-class task): with wanted_words, the other
+  # labels' clips become _unknown_, sampled to unknown_percent of each split's
+  # wanted-word clips, and silence_percent adds _silence_ clips (zeros plus
+  # background noise). Empty: every label is a class, as found.
+  wanted_words: tuple[str, ...] = ()
+  unknown_percent: float = 0.0
+  silence_percent: float = 0.0
 
   # --- Decoding and the persistent cache.
   sample_rate: int = 16000
@@ -59,8 +66,12 @@ class Params:
   batch_size: int = 64
   shuffle_seed: Optional[int] = 0  # None: a different file order every run.
   time_shift_seconds: float = 0.1  # Train only: random shift of the clip window.
-  noise_prob: float = 0.0  # Train only: chance to add white noise to an example.
-  noise_snr_db: float = 20.0
+  # Train only: the chance to mix noise into an example: an excerpt of a
+  # background recording (noise_dir, else <data_dir>/_background_noise_), or
+  # white noise where there is none.
+  noise_prob: float = 0.0
+  noise_snr_db: tuple[float, ...] = (20.0, 20.0)  # min,max of its uniform level; "20" is 20,20.
+  noise_dir: Optional[str] = None
 
   # --- Features (computed inside the model, so every path takes raw audio).
   n_mels: int = 40
@@ -103,6 +114,11 @@ class Params:
   trial_steps: int = 200  # Training steps per trial (Hyperband: the largest budget).
   trial_epochs: int = 4  # A trial is this many epochs of trial_steps/trial_epochs (Hyperband: max_epochs).
 
+  def __post_init__(self):
+    # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
+    for name, item in _ITEMS.items():
+      object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
+
   def replace(self, **changes: Any) -> "Params":
     return dataclasses.replace(self, **changes)
 
@@ -121,9 +137,10 @@ class Params:
         <the allowed range or choices>".
     """
     for field in dataclasses.fields(self):
-      problem = RULES[field.name].problem(getattr(self, field.name), _TYPES[field.name])
+      value = getattr(self, field.name)
+      problem = RULES[field.name].problem(value, _TYPES[field.name], _ITEMS.get(field.name))
       if problem:
-        raise ParamError(f"--{field.name}={getattr(self, field.name)}: {problem}")
+        raise ParamError(f"--{field.name}={flag_value(value)}: {problem}")
     problem = next(_joint_problems(self), None)
     if problem:
       raise ParamError(problem)
@@ -156,6 +173,7 @@ class Rule:
   le: Optional[float] = None
   lt: Optional[float] = None
   choices: tuple[str, ...] = ()
+  size: Optional[int] = None  # A list field: how many values it holds.
   why: str = ""  # Said after the range, where the limit is not obvious.
 
   def describe(self) -> str:
@@ -166,11 +184,22 @@ class Rule:
                                                  ("<", self.lt)) if bound is not None]
     return " and ".join(parts)
 
-  def problem(self, value: Any, kind: tuple[type, bool]) -> Optional[str]:
-    """Why `value` is not allowed ("must be ..."), or None where it is."""
+  def problem(self, value: Any, kind: tuple[type, bool], item: Optional[type] = None,
+              ) -> Optional[str]:
+    """Why `value` is not allowed ("must be ..."), or None where it is.
+
+    A list field (`kind` (tuple, ...)) has each of its values checked as one
+    of type `item`.
+    """
     base, optional = kind
     if value is None:
       return None if optional else f"must be set ({_TYPE_NAMES[base]})"
+    if base is tuple:
+      if not isinstance(value, tuple):
+        return f"must be a comma-separated list, not {type(value).__name__}"
+      if self.size is not None and len(value) != self.size:
+        return f"must be {self.size} values" + (f" ({self.why})" if self.why else "")
+      return next((p for p in (self.problem(v, (item, False)) for v in value) if p), None)
     if not _is_a(value, base):
       return f"must be {_TYPE_NAMES[base]}, not {type(value).__name__}"
     if self.choices and value not in self.choices:
@@ -195,6 +224,9 @@ RULES: dict[str, Rule] = {
     "manifest": _ANY,
     "validation_percent": Rule(ge=0, le=100),
     "testing_percent": Rule(ge=0, le=100),
+    "wanted_words": _ANY,  # Names are checked in _joint_problems.
+    "unknown_percent": Rule(ge=0, le=100, why="of each split's wanted-word clips"),
+    "silence_percent": Rule(ge=0, le=100, why="of each split's wanted-word clips"),
     "sample_rate": Rule(gt=0, le=768_000),
     "clip_seconds": Rule(gt=0, le=MAX_CLIP_SECONDS,
                          why="a clip is one example, decoded, cached and batched whole: 600 s at "
@@ -206,7 +238,8 @@ RULES: dict[str, Rule] = {
     "shuffle_seed": _SEED,
     "time_shift_seconds": Rule(ge=0),
     "noise_prob": Rule(ge=0, le=1),
-    "noise_snr_db": _ANY,
+    "noise_snr_db": Rule(size=2, why="one level in dB, or min,max"),
+    "noise_dir": _ANY,
     "n_mels": Rule(ge=1),
     "frame_ms": Rule(gt=0),
     "stride_ms": Rule(gt=0),
@@ -235,7 +268,8 @@ RULES: dict[str, Rule] = {
     "trial_epochs": Rule(ge=1),
 }
 
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               tuple: "a comma-separated list"}
 
 
 def _is_a(value: Any, base: type) -> bool:
@@ -252,16 +286,67 @@ def field_types() -> dict[str, tuple[type, bool]]:
   """Each field's base type and whether it may be None: (int, True) for Optional[int]."""
   types = {}
   for name, hint in typing.get_type_hints(Params).items():
+    if typing.get_origin(hint) is tuple:
+      types[name] = (tuple, False)
+      continue
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     types[name] = (args[0] if args else hint, type(None) in typing.get_args(hint))
   return types
 
 
+def item_types() -> dict[str, type]:
+  """The list fields and the type of their values: {"wanted_words": str, ...}."""
+  return {name: typing.get_args(hint)[0] for name, hint in typing.get_type_hints(Params).items()
+          if typing.get_origin(hint) is tuple}
+
+
 _TYPES = field_types()
+_ITEMS = item_types()
+_RANGES = {"noise_snr_db"}  # min,max: a single value v means v,v.
+
+
+def _as_tuple(value: Any, item: type, is_range: bool) -> Any:
+  """`value` as a tuple of `item`s where it reads as one; else as it was, for validate to refuse."""
+  if isinstance(value, str):
+    value = [v.strip() for v in value.split(",") if v.strip()]
+  elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+    value = [value]
+  if not isinstance(value, (list, tuple)):
+    return value
+  if item is float:
+    def number(v):
+      try:
+        return float(v) if isinstance(v, (str, numbers.Real)) and not isinstance(v, bool) else v
+      except ValueError:
+        return v
+    value = [number(v) for v in value]
+  if is_range and len(value) == 1:
+    value = value * 2
+  return tuple(value)
+
+
+def flag_value(value: Any) -> str:
+  """`value` as a flag spells it: lists comma-separated."""
+  if isinstance(value, tuple):
+    return ",".join(str(v) for v in value)
+  return str(value)
 
 
 def _joint_problems(p: Params) -> Iterator[str]:
   """The limits that join fields, each message led by the flag to change."""
+  low, high = p.noise_snr_db
+  if low > high:
+    yield f"--noise_snr_db={flag_value(p.noise_snr_db)}: must be min,max with min <= max"
+  words = flag_value(p.wanted_words)
+  if len(set(p.wanted_words)) != len(p.wanted_words):
+    yield f"--wanted_words={words}: must not repeat a word"
+  for word in p.wanted_words:
+    if word.startswith("_") or "/" in word:
+      yield (f"--wanted_words={words}: {word!r} cannot be a wanted word (names starting with _ "
+             "are _unknown_, _silence_ and folders that hold no label)")
+  if p.unknown_percent and not p.wanted_words:
+    yield (f"--unknown_percent={p.unknown_percent}: needs --wanted_words (the labels outside "
+           "them are the unknown ones)")
   if p.validation_percent + p.testing_percent >= 100:
     yield (f"--validation_percent={p.validation_percent} + --testing_percent={p.testing_percent}: "
            "must be < 100, or no file is left to train on")

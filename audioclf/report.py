@@ -176,6 +176,8 @@ def _summaries(report_dir: str, report: dict, png: bytes, step: int) -> None:
 def files_of(examples: Sequence, delivered: int, kept: Optional[np.ndarray] = None) -> list[str]:
   """The file of each delivered example: the split's files, less those skipped as bad.
 
+  A _silence_ clip (no file) is named "<_silence_ i>", i its place in the split.
+
   Args:
     examples: the split's manifest examples, in input_fn's order.
     delivered: how many examples the evaluation dataset gave.
@@ -185,7 +187,8 @@ def files_of(examples: Sequence, delivered: int, kept: Optional[np.ndarray] = No
   Raises:
     ValueError: the counts do not add up, so files cannot be matched.
   """
-  paths = [e.path for e in examples]
+  # A virtual _silence_ clip has no file: it is named by its label and place.
+  paths = [e.path or f"<{e.label} {i}>" for i, e in enumerate(examples)]
   if delivered == len(paths):
     return paths
   if kept is not None and int(np.sum(kept)) == delivered:

@@ -128,3 +128,24 @@ def test_evaluate_needs_a_checkpoint(trained, tmp_path):
     (tmp_path / name).write_text(open(os.path.join(params.model_dir, name)).read())
   with pytest.raises(model_dir_lib.ModelDirError, match="no checkpoint yet"):
     evaluate(str(tmp_path))
+
+
+def test_report_rows_match_with_skipped_files_and_silence_clips(tmp_path):
+  import audioclf
+  from audioclf import report as report_lib
+  from audioclf.evaluate import _decoded
+  data = write_tone_dataset(tmp_path / "data", per_label=8)
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=4,
+                           validation_percent=50, testing_percent=0, on_bad_file="skip",
+                           silence_percent=50.0)
+  examples = audioclf.manifest.load(params).split("validation")
+  bad = next(e.path for e in examples if e.path)
+  open(bad, "wb").write(b"not audio")
+  examples = audioclf.manifest.load(params).split("validation")  # Its new size and mtime.
+  delivered = sum(len(y) for _, y in audioclf.input_fn(params, "eval"))
+  silence = [e for e in examples if e.virtual]
+  assert silence and delivered == len(examples) - 1
+  files = report_lib.files_of(examples, delivered, _decoded(params, examples, delivered))
+  assert bad not in files and len(files) == delivered
+  start = len(examples) - len(silence)
+  assert files[-len(silence):] == [f"<_silence_ {i}>" for i in range(start, len(examples))]

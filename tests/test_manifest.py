@@ -150,3 +150,100 @@ def test_a_split_list_that_is_not_utf8_names_its_line(tone_data):
 def test_a_manifest_that_is_a_folder_is_refused(tmp_path):
   with pytest.raises(manifest.DataError, match="does not exist or is not a file"):
     manifest.load(Params(manifest=str(tmp_path)))
+
+
+# --- The 12-class task's classes (--wanted_words, --unknown_percent, --silence_percent)
+# --- and the background recordings.
+
+WORDS = ("yes", "no", "up", "down", "left")
+
+
+@pytest.fixture
+def words_data(tmp_path):
+  return write_tone_dataset(tmp_path / "words", labels=WORDS, per_label=30, seconds=0.1)
+
+
+def test_unknown_and_silence_as_the_reference_recipe(words_data):
+  params = Params(data_dir=words_data, wanted_words=("yes", "no"), unknown_percent=25.0,
+                  silence_percent=10.0)
+  m = manifest.load(params)
+  assert m.labels == ("_silence_", "_unknown_", "no", "yes")
+  every = manifest.load(Params(data_dir=words_data))
+  for split in ("train", "validation", "test"):
+    files = every.split(split)
+    wanted = [e for e in files if e.label in ("yes", "no")]
+    others = [e for e in files if e.label not in ("yes", "no")]
+    got = m.split(split)
+    by_label = {label: [e for e in got if e.label == label] for label in m.labels}
+    assert [e.path for e in by_label["yes"] + by_label["no"]] == [
+        e.path for e in wanted if e.label == "yes"] + [e.path for e in wanted if e.label == "no"]
+    # ceil(25% of the wanted clips) unknowns, drawn from the other words only, relabelled.
+    assert len(by_label["_unknown_"]) == min(len(others), -(-len(wanted) * 25 // 100)) > 0
+    assert {e.path for e in by_label["_unknown_"]} <= {e.path for e in others}
+    assert len(by_label["_silence_"]) == -(-len(wanted) * 10 // 100) > 0
+    assert all(e.virtual and e.split == split for e in by_label["_silence_"])
+    assert got[-len(by_label["_silence_"]):] == by_label["_silence_"]  # Files first, then silence.
+    assert m.files(split) == [e for e in got if not e.virtual]
+  # About 25% of the wanted clips over the whole data (each split rounds up).
+  wanted_all = sum(e.label in ("yes", "no") for e in m.examples)
+  assert sum(e.label == "_unknown_" for e in m.examples) / wanted_all == pytest.approx(0.25, abs=0.05)
+
+
+def test_unknown_choice_is_stable_across_runs_and_copies(words_data, tmp_path):
+  import shutil
+  params = Params(data_dir=words_data, wanted_words=("yes",), unknown_percent=50.0)
+  chosen = lambda m, root: sorted(os.path.relpath(e.path, root) for e in m.examples
+                                  if e.label == "_unknown_")
+  first = chosen(manifest.load(params), words_data)
+  assert first == chosen(manifest.load(params), words_data)
+  copy = shutil.copytree(words_data, tmp_path / "copy")
+  assert chosen(manifest.load(params.replace(data_dir=str(copy))), copy) == first
+  # Another share picks more of the same order: the 50% set holds the 25% one.
+  fewer = chosen(manifest.load(params.replace(unknown_percent=25.0)), words_data)
+  assert set(fewer) < set(first)
+  # No unknown share: the other words are left out altogether, as the recipe does.
+  m = manifest.load(params.replace(unknown_percent=0.0, silence_percent=5.0))
+  assert m.labels == ("_silence_", "yes")
+
+
+def test_silence_without_wanted_words_keeps_every_label(words_data):
+  m = manifest.load(Params(data_dir=words_data, silence_percent=10.0))
+  assert m.labels == ("_silence_",) + tuple(sorted(WORDS))
+  assert sum(e.virtual for e in m.examples) == sum(
+      -(-len(manifest.load(Params(data_dir=words_data)).split(s)) * 10 // 100)
+      for s in ("train", "validation", "test"))
+
+
+def test_a_wanted_word_that_is_no_label_is_named(words_data):
+  with pytest.raises(manifest.DataError, match=r"--wanted_words stop not among the labels"):
+    manifest.load(Params(data_dir=words_data, wanted_words=("yes", "stop")))
+
+
+def test_background_recordings_found_and_never_a_label(words_data, tmp_path):
+  import soundfile as sf
+  import numpy as np
+  noise = os.path.join(words_data, manifest.NOISE_FOLDER)
+  os.makedirs(noise)
+  for name in ("b.wav", "a.flac"):
+    sf.write(os.path.join(noise, name), np.zeros(1600, np.float32), 16000)
+  open(os.path.join(noise, "README.md"), "w").write("not audio")
+  m = manifest.load(Params(data_dir=words_data))
+  assert m.labels == tuple(sorted(WORDS))
+  assert [os.path.basename(e.path) for e in m.noise] == ["a.flac", "b.wav"]
+  other = tmp_path / "elsewhere"
+  other.mkdir()
+  sf.write(other / "rain.ogg", np.zeros(1600, np.float32), 16000)
+  m = manifest.load(Params(data_dir=words_data, noise_dir=str(other)))
+  assert [os.path.basename(e.path) for e in m.noise] == ["rain.ogg"]
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(manifest.DataError, match="noise_dir .*empty.* holds no audio files"):
+    manifest.load(Params(data_dir=words_data, noise_dir=str(empty)))
+  with pytest.raises(manifest.DataError, match="noise_dir .*missing.* does not exist"):
+    manifest.load(Params(data_dir=words_data, noise_dir=str(tmp_path / "missing")))
+  # A recording that cannot be read gets the bad-file treatment of any clip.
+  os.symlink(tmp_path / "gone.wav", os.path.join(noise, "c.wav"))
+  with pytest.raises(manifest.DataError, match=r"cannot read audio file .*c\.wav"):
+    manifest.load(Params(data_dir=words_data))
+  m = manifest.load(Params(data_dir=words_data, on_bad_file="skip"))
+  assert [os.path.basename(e.path) for e in m.noise] == ["a.flac", "b.wav"]

@@ -2,6 +2,7 @@
 
 import dataclasses
 import glob
+import json
 import math
 import os
 import re
@@ -24,6 +25,13 @@ REJECTED = [
     ("validation_percent", -1.0, "must be >= 0 and <= 100"),
     ("validation_percent", 60.0, r"\+ --testing_percent=50.0: must be < 100"),
     ("testing_percent", 101.0, "must be >= 0 and <= 100"),
+    ("wanted_words", "yes,_unknown_", "'_unknown_' cannot be a wanted word"),
+    ("wanted_words", "yes,no,yes", "must not repeat a word"),
+    ("wanted_words", ("yes", 3), "must be a string, not int"),
+    ("wanted_words", 7, "must be a string, not int"),
+    ("unknown_percent", 10.0, "needs --wanted_words"),
+    ("unknown_percent", -1.0, r"must be >= 0 and <= 100 \(of each split's wanted-word clips\)"),
+    ("silence_percent", 101.0, "must be >= 0 and <= 100"),
     ("sample_rate", 0, "must be > 0 and <= 768000"),
     ("sample_rate", 16000.0, "must be an integer, not float"),
     ("clip_seconds", 0.0, "must be > 0 and <= 600"),
@@ -38,6 +46,11 @@ REJECTED = [
     ("noise_prob", 1.5, "must be >= 0 and <= 1"),
     ("noise_prob", -0.1, "must be >= 0 and <= 1"),
     ("noise_snr_db", math.nan, "must be a finite number"),
+    ("noise_snr_db", "20,5", "must be min,max with min <= max"),
+    ("noise_snr_db", "1,2,3", r"must be 2 values \(one level in dB, or min,max\)"),
+    ("noise_snr_db", "loud", "must be a number, not str"),
+    ("noise_snr_db", {"db": 5}, "must be a comma-separated list, not dict"),
+    ("noise_dir", 3, "must be a string"),
     ("n_mels", 0, "must be >= 1"),
     ("frame_ms", 0.0, "must be > 0"),
     ("frame_ms", 0.01, "must be at least one sample, 0.0625 ms at --sample_rate=16000"),
@@ -81,8 +94,10 @@ def test_a_bad_value_names_its_flag_and_what_is_allowed(field, value, match):
   changes = {field: value}
   if match.startswith(r"\+ --testing_percent"):
     changes["testing_percent"] = 50.0
-  with pytest.raises(ParamError, match=rf"^--{field}={re.escape(str(value))}(: | ){match}"):
-    Params(**changes).validate()
+  params = Params(**changes)  # A list field reads "a,b" and [a, b] alike: the error spells it so.
+  shown = params_lib.flag_value(getattr(params, field))
+  with pytest.raises(ParamError, match=rf"^--{field}={re.escape(shown)}(: | ){match}"):
+    params.validate()
 
 
 def test_every_field_has_a_rule_and_a_rejected_value():
@@ -95,9 +110,38 @@ def test_defaults_and_edges_that_work_are_accepted():
   assert Params().validate() == Params()
   Params(sample_rate=8000, fmax=4000.0, clip_seconds=600.0, dropout=0.0, noise_prob=1.0,
          eval_every_steps=0, log_every_steps=0, shuffle_seed=None, noise_snr_db=-5.0,
+         wanted_words=("yes", "no"), unknown_percent=100.0, silence_percent=0.0,
          validation_percent=0, testing_percent=0, trial_steps=4, prefetch_device="none",
          time_shift_seconds=0.0).validate()
   Params(prefetch_device="/gpu:1", data_dir="d", model_dir="m", resample_quality="VHQ").validate()
+
+
+def test_list_fields_read_lists_strings_and_json_alike():
+  p = Params(wanted_words="yes, no,,up", noise_snr_db="5,20").validate()
+  assert p.wanted_words == ("yes", "no", "up") and p.noise_snr_db == (5.0, 20.0)
+  assert Params(wanted_words=["yes", "no", "up"], noise_snr_db=[5, 20]) == p
+  assert Params(noise_snr_db=12).noise_snr_db == (12.0, 12.0)  # One level: a fixed SNR.
+  assert Params.from_dict(json.loads(p.to_json())) == p
+  # A params.json written before the SNR range: its single level still reads.
+  assert Params.from_dict({"noise_snr_db": 20.0}) == Params()
+
+
+def test_list_fields_through_flags_and_flagfile(tmp_path):
+  flag_values = flags.FlagValues()
+  cli.define_flags(flag_values)
+  flag_values(["prog", "--wanted_words=yes,no", "--noise_snr_db=-5,10", "--unknown_percent=10",
+               "--silence_percent=10"])
+  p = cli.params_from_flags(flag_values)
+  assert (p.wanted_words, p.noise_snr_db) == (("yes", "no"), (-5.0, 10.0))
+  cli.to_flagfile(p, str(tmp_path / "p.flags"))
+  again = flags.FlagValues()
+  cli.define_flags(again)
+  again(["prog", f"--flagfile={tmp_path / 'p.flags'}"])
+  assert cli.params_from_flags(again) == p
+  old = flags.FlagValues()
+  cli.define_flags(old)
+  old(["prog", "--noise_snr_db=20"])  # As flags/speech_commands.flags long said.
+  assert cli.params_from_flags(old).noise_snr_db == (20.0, 20.0)
 
 
 def test_a_param_error_is_a_value_error():

@@ -107,6 +107,10 @@ def test_files_of_matches_skipped_files():
   assert report.files_of(examples, 2, np.array([True, False, True])) == ["a", "c"]
   with pytest.raises(ValueError, match="2 examples for 3 files"):
     report.files_of(examples, 2)
+  from audioclf.manifest import Example
+  silence = Example("", "_silence_", "test", 0, 0)  # Virtual: no file.
+  assert report.files_of([Example("/d/a.wav", "a", "test", 1, 1), silence], 2) == [
+      "/d/a.wav", "<_silence_ 1>"]
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -59,6 +59,7 @@ class Fill:
     self.error: Optional[BaseException] = None
     self._lock = threading.Lock()
     self._started = False
+    self.filled = False  # Whether fill_now ran.
     self._thread: Optional[threading.Thread] = None
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
@@ -252,6 +253,8 @@ class Fill:
 
   def fill_now(self, progress: bool = False) -> None:
     """Decodes every file on a thread pool (soundfile and soxr drop the GIL), then writes the split."""
+    self.filled = True
+
     def one(row: int) -> None:
       if self._native_words(row, header_only=True) is None:
         self.decode(row)  # Canonical WAVs are read when the split is written.
@@ -272,7 +275,9 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
 
   Training fills the cache during its first epoch anyway; this is for filling
   it ahead of time (a data-prep machine, many tuner trials, a benchmark).
-  The tuner, the benchmarks and `python -m audioclf.cache` all call it.
+  The tuner, the benchmarks and `python -m audioclf.cache` all call it. The
+  background recordings (`Manifest.noise`) are filled too, as "noise", where
+  the params mix them in (noise_prob or silence_percent).
 
   Returns:
     {split: {"files": n, "kept": n, "decoded": n, "was_cached": bool}}.
@@ -285,22 +290,37 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
   store = store_lib.Store.for_params(params)
   store.prepare()
   report = {}
-  for split in splits:
-    examples = manifest.split(split)
+  groups = [(split, manifest.files(split)) for split in splits]
+  if params.noise_prob > 0 or params.silence_percent > 0:
+    groups.append(("noise", list(manifest.noise)))
+  for split, examples in groups:
     if not examples:
       continue
-    fingerprints = store.fingerprints.of(examples)
-    base = store.split_base(fingerprints)
     before = decode_count()
-    opened = store.open(base, len(examples))
-    was_cached = opened is not None
-    if not was_cached:
-      if progress:
-        logging.info("audioclf: filling the %s split (%d files)", split, len(examples))
-      job = Fill(store, examples, fingerprints, params, base)
-      job.fill_now(progress)
-      opened = job.split
+    opened, job = fill_examples(store, examples, params, progress, split)
+    was_cached = not job.filled
     report[split] = {"files": len(examples),
                      "kept": len(examples) - len(opened.skipped) if opened else None,
                      "decoded": decode_count() - before, "was_cached": was_cached}
   return report
+
+
+def fill_examples(store: store_lib.Store, examples: Sequence[Example], params: Params,
+                  progress: bool = False, name: str = "",
+                  read_only_decode: bool = True) -> tuple[Optional[store_lib.Split], Fill]:
+  """The split of `examples`, opened, filled first unless it is cached; and its Fill.
+
+  The split is None where the cache is read-only; the files are then decoded
+  (and lost) now, unless `read_only_decode` is False: the caller decodes them
+  through the Fill as it needs them.
+  """
+  fingerprints = store.fingerprints.of(examples)
+  base = store.split_base(fingerprints)
+  job = Fill(store, examples, fingerprints, params, base)
+  opened = store.open(base, len(examples))
+  if opened is None and (read_only_decode or store.writable):
+    if progress:
+      logging.info("audioclf: filling the %s split (%d files)", name, len(examples))
+    job.fill_now(progress)
+    opened = job.split
+  return opened, job

@@ -24,10 +24,10 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf import dataservice, decode, manifest as manifest_lib
-from audioclf.data import exit_guard
+from audioclf.data import exit_guard, noise
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
-from audioclf.data.sampler import Sampler, window
+from audioclf.data.sampler import Sampler, split_tensor, window
 from audioclf.manifest import Manifest
 from audioclf.params import MODES, Params
 
@@ -87,7 +87,14 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
         f"the {split!r} split of {source} is empty "
         f"({manifest.counts()}); add files or adjust validation/testing percentages")
   training = mode == "train"
-  sampler = Sampler(params, len(examples), shard)
+  # The split's files are rows 0 .. len(files) - 1 (what the cache holds); its
+  # virtual _silence_ clips follow them, rows of no samples.
+  files = manifest.files(split)
+  silence = manifest.label_id(manifest_lib.SILENCE) if len(files) < len(examples) else None
+  recordings = None
+  if manifest.noise and ((training and params.noise_prob > 0) or silence is not None):
+    recordings = noise.Recordings.load(params, manifest.noise)
+  sampler = Sampler(params, len(examples), shard, recordings, silence)
   if training and params.batch_size > sampler.epoch_size:
     # Batches run on across epochs: one larger than the split would repeat files within it.
     share = f" (shard {shard[0]} of {shard[1]}: {sampler.epoch_size})" if shard else ""
@@ -98,10 +105,13 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   first_batch = _first_batch(seed_offset) if training else 0
 
   store = store_lib.Store.for_params(params)
-  fingerprints = store.fingerprints.of(examples)
+  fingerprints = store.fingerprints.of(files)
   base = store.split_base(fingerprints)
-  cached = store.open(base, len(examples))
+  cached = store.open(base, len(files))
   if training and params.data_service:
+    if silence is not None:
+      raise ValueError(f"--data_service={params.data_service} does not serve _silence_ clips "
+                       "(--silence_percent) yet: train without one of them")
     if cached is None:
       raise manifest_lib.DataError(
           f"the {split!r} split of {source} is not in the cache {store.root!r}: the trainer "
@@ -123,7 +133,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
         "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
         "audioclf.cache --flagfile=...)")
   else:
-    job = Fill(store, examples, fingerprints, params, base)
+    job = Fill(store, files, fingerprints, params, base)
     ds = _cold(params, job, labels, sampler, training, first_batch)
 
   # Prefetch last: the next batches are prepared while the model trains on this one.
@@ -180,7 +190,7 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
   """Batches of (window, label) examples as input_fn returns them, in one map after the batch.
 
   `scale` turns int16 windows into float32 (one cast and multiply per batch);
-  training noise is keyed by the batch's number, counted from `first_batch`.
+  noise is keyed by the batch's number, counted from `first_batch`.
   """
   if not batched:
     ds = ds.batch(params.batch_size, drop_remainder=training)
@@ -189,10 +199,10 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
     if scale is not None:
       w = tf.cast(w, tf.float32) * scale
     if k is not None:
-      w = sampler.add_noise(w, k)
+      w = sampler.add_noise(w, y, k, training)
     return {"waveform": w}, y
 
-  if training and params.noise_prob > 0:
+  if sampler.mixes(training):
     ds = ds.enumerate(start=tf.cast(first_batch, tf.int64))
     return ds.map(lambda k, batch: features(*batch, k), num_parallel_calls=AUTOTUNE)
   return ds.map(features, num_parallel_calls=AUTOTUNE)
@@ -207,18 +217,23 @@ def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: S
     # the per-example stream's business; their rate matters less.
     return _warm_native(params, split, labels, sampler, training, first_batch)
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
-  ds = _numpy_batches(params, sampler, first_batch, split.lengths, split.windows, labels)
+  virtual = sampler.n - len(split.lengths)
+  ds = _numpy_batches(params, sampler, first_batch,
+                      np.concatenate([split.lengths, np.zeros(virtual, np.int64)]),
+                      split.windows, labels, len(split.lengths))
   return _batches(ds, params, sampler, training, first_batch, batched=True)
 
 
 def _numpy_batches(params: Params, sampler: Sampler, first_batch,
                    lengths_of: Union[np.ndarray, Callable[[np.ndarray], np.ndarray]],
                    windows_of: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
-                   labels: np.ndarray) -> tf.data.Dataset:
+                   labels: np.ndarray, files: int) -> tf.data.Dataset:
   """Training batches from `first_batch` on, each cut in numpy: windows_of(rows, starts, n).
 
-  `lengths_of`: every clip's length, or (a cold run's continuation, whose
-  split is written while its graph runs) a function of the rows.
+  `lengths_of`: every row's length, or (a cold run's continuation, whose
+  split is written while its graph runs) a function of the file rows. Rows
+  from `files` on are virtual _silence_ clips: no samples, never asked of
+  `lengths_of` or `windows_of`.
 
   One numpy_function call per batch copies each window straight from the
   page cache into the batch: 3-4x less CPU than slicing per example with
@@ -227,18 +242,33 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
   batch, n = params.batch_size, params.clip_samples
   labels_t = tf.constant(labels)
 
+  def file_lengths(rows):
+    out = np.zeros(len(rows), np.int64)
+    real = rows < files
+    out[real] = lengths_of(rows[real])
+    return out
+
+  def file_windows(rows, starts):
+    real = rows < files
+    if real.all():
+      return windows_of(rows, starts, n)
+    out = np.zeros((len(rows), n), np.float32)
+    if real.any():
+      out[real] = windows_of(rows[real], starts[real], n)
+    return out
+
   def cut(k):
     rows, u = sampler.batch(k)
     if callable(lengths_of):
-      lengths = tf.ensure_shape(tf.numpy_function(lengths_of, [rows], tf.int64, stateful=False),
+      lengths = tf.ensure_shape(tf.numpy_function(file_lengths, [rows], tf.int64, stateful=False),
                                 [batch])
     else:
       lengths = tf.gather(tf.constant(lengths_of), rows)
     starts = sampler.train_start(u, lengths)
-    w = tf.numpy_function(lambda r, s: windows_of(r, s, n), [rows, starts], tf.float32,
-                          stateful=False)
-    # A row of length zero is a file skipped as bad: label -1 marks it.
-    return tf.ensure_shape(w, [batch, n]), tf.where(lengths > 0, tf.gather(labels_t, rows), -1)
+    w = tf.numpy_function(file_windows, [rows, starts], tf.float32, stateful=False)
+    # A file's row of length zero is one skipped as bad: label -1 marks it.
+    return tf.ensure_shape(w, [batch, n]), tf.where((lengths > 0) | (rows >= files),
+                                                    tf.gather(labels_t, rows), -1)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS)
   return ds.map(cut, num_parallel_calls=AUTOTUNE)
@@ -253,17 +283,15 @@ def _log_skipped(split: store_lib.Split) -> None:
 def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
                  training: bool, first_batch) -> tf.data.Dataset:
   """Windows sliced out of the memory-mapped split per example: native ops only, no Python."""
-  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
-  if split.samples:
-    # The file as a tensor, memory-mapped: the page cache is the only copy.
-    blob = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[split.samples],
-                                     memory_region_name=split.data_path)
-  else:
-    blob = tf.zeros([0], dtype)
-  # Offset, length and label of each row, one gather per example. A row of
-  # length zero is a file skipped as bad: label -1 marks it for the filter.
-  table = tf.constant(np.stack([split.offsets, split.lengths,
-                                np.where(split.lengths > 0, labels, -1)], 1).astype(np.int64))
+  blob, scale = split_tensor(split)
+  # Offset, length and label of each row, one gather per example. A file's
+  # row of length zero is one skipped as bad: label -1 marks it for the
+  # filter. The virtual _silence_ rows after the files are empty clips.
+  virtual = sampler.n - len(split.lengths)
+  offsets = np.concatenate([split.offsets, np.zeros(virtual, np.int64)])
+  lengths = np.concatenate([split.lengths, np.zeros(virtual, np.int64)])
+  kept = np.concatenate([split.lengths > 0, np.ones(virtual, bool)])
+  table = tf.constant(np.stack([offsets, lengths, np.where(kept, labels, -1)], 1).astype(np.int64))
   n = params.clip_samples
 
   def cut(g):
@@ -275,8 +303,6 @@ def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sam
   ds = _examples(sampler, training, first_batch).map(cut, num_parallel_calls=AUTOTUNE)
   if split.skipped:
     ds = ds.filter(lambda w, y: y >= 0)
-  # PCM16 as libsndfile scales it (exact: a power of two), once per batch.
-  scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
   return _batches(ds, params, sampler, training, first_batch, scale)
 
 
@@ -325,7 +351,8 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   store, examples = fill.store, fill.examples
   store.prepare()
-  n, batch = len(examples), params.batch_size
+  # Rows from len(examples) on are virtual _silence_ clips: no file, no samples.
+  n, files, batch = sampler.n, len(examples), params.batch_size
   writable = store.writable
   paths = tf.constant([e.path for e in examples])
   labels_t = tf.constant(labels)
@@ -363,21 +390,27 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
     if training and cold_batches > n // batch:
       # The rows of the cold batch after the one this element completes.
       pending = sampler.batch(first_batch + n // batch)[0]
+      pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
     else:
       pending = tf.zeros([0], tf.int64)
     return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
                              stateful=True)
 
-  def decode_one(g):
-    row, u = sampler.example(g) if training else (g, None)
+  def decode_file(row):
     # Canonical PCM16 mono WAVs at the target rate decode natively, in
     # parallel and without the GIL; everything else (FLAC, other rates,
     # multichannel, anything odd or broken) goes through soundfile + soxr.
     if wav.any():
       native, samples = decode.native_wav(read(row), params.sample_rate)
-      samples = tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
+      return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
+    return soundfile_decode(row)
+
+  def decode_one(g):
+    row, u = sampler.example(g) if training else (g, None)
+    if n > files:
+      samples = tf.cond(row < files, lambda: decode_file(row), lambda: tf.zeros([0]))
     else:
-      samples = soundfile_decode(row)
+      samples = decode_file(row)
     samples.set_shape([None])
     if writable:
       # The element that completes the cold batches writes the split before it
@@ -390,7 +423,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
       start = sampler.train_start(u, length) if training else sampler.eval_start(length)
       # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
       return (window(samples, 0, length, start, params.clip_samples),
-              tf.where(length > 0, labels_t[row], -1))
+              tf.where((length > 0) | (row >= files), labels_t[row], -1))
 
   # deterministic: the element that finishes must stay in the batch it completes.
   first = _examples(sampler, training, first_batch, stop).map(
@@ -401,7 +434,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
     return _batches(first, params, sampler, training, first_batch)
 
   rest = _numpy_batches(params, sampler, first_batch + cold_batches, fill.lengths,
-                        fill.windows, labels)
+                        fill.windows, labels, files)
   if skip:
     # Bad files make batches shorter: the whole stream is regrouped, as a warm run's is.
     both = first.concatenate(rest.unbatch()).filter(lambda w, y: y >= 0)

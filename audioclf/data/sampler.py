@@ -14,7 +14,9 @@ one by one, `example`), the warm cut (a batch at a time, `batch`), a resume
 at step k and any parallelism give the same bits.
 
 Evaluation reads rows 0 .. n-1 in order and takes each clip's centre window,
-as predict does (`center_start`).
+as predict does (`center_start`). Its only noise is that of the _silence_
+clips, drawn per evaluation batch from keys of their own: every evaluation
+of a split sees the same silence clips.
 
 These are TensorFlow ops on tensors of any shape, used by the pipeline, by
 predict and by the benchmarks: the draws are written here and nowhere else.
@@ -64,6 +66,27 @@ def window(source: tf.Tensor, offset, length, start, n: int) -> tf.Tensor:
                          [n])
 
 
+# White noise where there are no background recordings: its level only
+# matters for _silence_ clips, whose gain is absolute (-20 dBFS at most).
+WHITE_RMS = 0.1
+
+
+def split_tensor(split) -> tuple[tf.Tensor, Optional[float]]:
+  """A cache split's samples as one tensor (the `source` of `window`), and the scale to float.
+
+  Memory-mapped: the page cache is the only copy. PCM16 splits come as int16
+  with libsndfile's scale (exact, a power of two) to apply once per batch.
+  """
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
+  if split.samples:
+    source = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[split.samples],
+                                       memory_region_name=split.data_path)
+  else:
+    source = tf.zeros([0], dtype)
+  return source, (store_lib.PCM16_SCALE if dtype == tf.int16 else None)
+
+
 class Sampler:
   """The order and draws of one training or evaluation stream over a split of `n` clips.
 
@@ -71,9 +94,15 @@ class Sampler:
   epoch's permutation, the positions index, index + count, ... (so the shards
   of an epoch hold each file once between them); `epoch_size` is that share's
   size, and the draws are keyed apart per shard. (0, 1) is the whole split.
+
+  `recordings` (noise.Recordings) are the background recordings to mix in,
+  None for white noise; `silence_label` is the label id of the _silence_
+  clips, which always get noise, at a gain drawn from [0, 1) of the
+  recording's own level (as Speech Commands' recipe does), None without any.
   """
 
-  def __init__(self, params: Params, n: int, shard: Optional[tuple[int, int]] = None):
+  def __init__(self, params: Params, n: int, shard: Optional[tuple[int, int]] = None,
+               recordings=None, silence_label: Optional[int] = None):
     index, count = self.shard = tuple(shard or (0, 1))
     if not 0 <= index < count:
       raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
@@ -85,7 +114,12 @@ class Sampler:
     # No shuffle seed: another order every run, as asked; the draws stay keyed by params.seed.
     self.order_seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.seed = int(params.seed)
-    self.noise_prob, self.noise_snr_db = params.noise_prob, params.noise_snr_db
+    self.noise_prob, self.snr_db = params.noise_prob, params.noise_snr_db
+    self.recordings, self.silence_label = recordings, silence_label
+
+  def mixes(self, training: bool) -> bool:
+    """Whether batches of this stream get noise (`add_noise`) at all."""
+    return (training and self.noise_prob > 0) or self.silence_label is not None
 
   def batch(self, k) -> tuple[tf.Tensor, tf.Tensor]:
     """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
@@ -126,16 +160,35 @@ class Sampler:
   def eval_start(self, length):
     return center_start(tf.cast(length, tf.int64), self.clip_samples)
 
-  def add_noise(self, waves: tf.Tensor, k) -> tf.Tensor:
-    """White noise at noise_snr_db under each example of batch k, chosen with chance noise_prob."""
-    if self.noise_prob <= 0:
-      return waves
+  def add_noise(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True) -> tf.Tensor:
+    """Noise under the examples of batch k ([batch, clip_samples] float32; labels [batch]).
+
+    Training: each example, with chance noise_prob, gets an excerpt of a
+    background recording (or white noise) at a signal-to-noise ratio drawn
+    uniformly from noise_snr_db, against the recording's level; a _silence_
+    clip always gets one, at a gain drawn from [0, 1). Evaluation: only the
+    _silence_ clips.
+    """
     k = tf.cast(k, tf.int64)
-    rms = tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1, keepdims=True) + 1e-12)
-    scale = rms / (10.0 ** (self.noise_snr_db / 20.0))
-    noisy = waves + scale * tf.random.stateless_normal(tf.shape(waves), self._key(1, k))
-    chosen = tf.random.stateless_uniform(tf.shape(rms), self._key(2, k)) < self.noise_prob
-    return tf.where(chosen, noisy, waves)
+    size = tf.shape(waves)[:1]
+    stream = 1 if training else 3  # Evaluation draws apart from training's, whatever k.
+    pick, level, which, where, gain = tf.unstack(tf.random.stateless_uniform(
+        tf.concat([[5], size], 0), self._key(stream, k), dtype=tf.float64))
+    silence = (tf.equal(labels, self.silence_label) if self.silence_label is not None
+               else tf.zeros(size, tf.bool))
+    chosen = (silence | (pick < self.noise_prob)) if training else silence
+    if self.recordings is not None:
+      noise = self.recordings.excerpts(which, where, self.clip_samples)
+      # The level of the recording, not of the excerpt: a quiet passage stays quiet.
+      noise_rms = self.recordings.rms(which)
+    else:
+      noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
+      noise_rms = WHITE_RMS
+    low, high = self.snr_db
+    snr_db = tf.cast(low + level * (high - low), tf.float32)
+    rms = tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
+    scale = tf.where(silence, tf.cast(gain, tf.float32), rms / (noise_rms * 10.0 ** (snr_db / 20.0)))
+    return waves + (scale * tf.cast(chosen, tf.float32))[:, None] * noise
 
   def _key(self, stream: int, k: tf.Tensor) -> tf.Tensor:
     # Streams apart by a large stride, shards by k: each draw has its own keys.
