@@ -7,9 +7,9 @@
 Generates two workloads under --out_dir (1 s 16 kHz mono PCM16 WAVs; 5 s 44.1
 kHz stereo FLAC), then prints one table per workload: examples/s, the ratio
 to the in-memory limit and the seconds to the first batch of a re-created
-dataset, for six pipelines (naive, best_practice, audioclf_cold,
-audioclf_warm, audioclf_checked, in_memory), and PASS/MISS for the project's
-targets:
+dataset, for seven pipelines (naive, best_practice, audioclf_cold,
+audioclf_warm, audioclf_checked, audioclf_noise, in_memory), and PASS/MISS
+for the project's targets:
 
   warm_vs_memory     audioclf warm cache >= 0.9 x in-memory examples/s (steady state)
   cold_vs_best       audioclf cold first epoch >= best practice's first epoch examples/s
@@ -21,7 +21,11 @@ targets:
 
 audioclf_checked is audioclf_warm with the split's checksums checked when the
 dataset is built (as when its data file changed since this host last checked
-it): the cost of the check, side by side.
+it): the cost of the check, side by side. audioclf_noise is audioclf_warm
+with an excerpt of a background recording (--noise_recordings of 30 s, cached
+as the clips are) mixed into every example at a drawn SNR: the cost of real
+background noise, side by side (its row's CPU us/example against
+audioclf_warm's; no target).
 
 Every run after the first construction of each pipeline counts as
 "re-created", as Estimator's repeated input_fn calls are. Runs of the five
@@ -55,14 +59,15 @@ import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a 
 
 FLAGS = flags.FLAGS
 PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "audioclf_checked",
-             "in_memory")
+             "audioclf_noise", "in_memory")
 # Pipelines that re-read or re-decode every epoch are measured on their first
 # epoch, which is what a re-created input_fn costs; cached and in-memory ones
 # on the steady state after it, which is what a long training run sees.
-STEADY = ("audioclf_warm", "in_memory")
+STEADY = ("audioclf_warm", "audioclf_noise", "in_memory")
 TARGET_WARM_RATIO = 0.9
 TARGET_FIRST_BATCH_S = 0.1
 TARGET_SHORT_RUN_RATIO = 1.10
+NOISE_SECONDS = 30.0
 
 
 def define_flags() -> None:
@@ -73,6 +78,8 @@ def define_flags() -> None:
                      "(more epochs are run until both limits are met).")
   flags.DEFINE_integer("short_epochs", 3, "Epochs of the short warm run (0: skip it).")
   flags.DEFINE_float("short_step_ms", 50.0, "The short run's simulated step (a wait, no CPU).")
+  flags.DEFINE_integer("noise_recordings", 6, "audioclf_noise: background recordings of "
+                       f"{NOISE_SECONDS:g} s to mix in.")
 
 
 @dataclasses.dataclass
@@ -166,6 +173,11 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
 
     if "audioclf_checked" in FLAGS.pipelines:
       builders["audioclf_checked"] = checked
+  if "audioclf_noise" in FLAGS.pipelines:
+    noise_params = data_params.replace(noise_dir=_noise_folder(root, data_params.sample_rate),
+                                       noise_prob=1.0, noise_snr_db=(5.0, 20.0))
+    cache.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
+    builders["audioclf_noise"] = lambda: audioclf.input_fn(noise_params, "train")
   if "audioclf_cold" in FLAGS.pipelines:
     builders["audioclf_cold"] = cold
 
@@ -211,6 +223,23 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   if FLAGS.short_epochs and "audioclf_warm" in builders:
     runs.update(short_runs(name, data_params, batches))
   return runs
+
+
+def _noise_folder(root: str, sample_rate: int) -> str:
+  """--noise_recordings coloured noises (white to brown) of NOISE_SECONDS, as float WAVs."""
+  import soundfile as sf  # pylint: disable=g-import-not-at-top
+  folder = os.path.join(root, "_noise")
+  os.makedirs(folder, exist_ok=True)
+  n = int(NOISE_SECONDS * sample_rate)
+  for i in range(FLAGS.noise_recordings):
+    path = os.path.join(folder, f"noise{i}.wav")
+    if not os.path.exists(path):
+      spec = np.fft.rfft(np.random.default_rng(i).standard_normal(n))
+      spec[1:] /= np.arange(1, len(spec)) ** (i / max(FLAGS.noise_recordings - 1, 1))
+      x = np.fft.irfft(spec, n)
+      sf.write(path, (0.05 * x / np.sqrt(np.mean(x ** 2))).astype(np.float32), sample_rate,
+               subtype="FLOAT")
+  return folder
 
 
 def _split_data_path(params: audioclf.Params) -> str:
