@@ -27,7 +27,8 @@ RUNS=()
 for stack in "${STACKS[@]}"; do
   use_stack "$stack"
   if [ "${#RUNS[@]}" = 0 ]; then  # Once, with the first stack's Python.
-    "$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0
+    "$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0 \
+      --background_noise
   fi
   echo "[demo] $stack stack: filling the clip cache (a later run reads it and decodes nothing)" >&2
   "$PYTHON" -m audioclf.cache --flagfile=flags/demo.flags | tail -n 1 \
