@@ -172,3 +172,14 @@ def test_fill_fills_the_recordings_ahead(noisy):
   _batches(noisy, steps=1)
   assert fill_lib.decode_count() == before  # Training decodes nothing: all of it is cached.
   assert "noise" not in cache.fill(noisy.replace(noise_prob=0.0))
+
+
+def test_a_read_only_cache_mixes_the_same_noise(noisy, tmp_path):
+  from test_exit import tmpfs
+  want = _batches(noisy.replace(cache_dir=str(tmp_path / "rw")), steps=2)
+  with tmpfs(tmp_path / "ro", "1m", "ro"):
+    got = _batches(noisy.replace(cache_dir=str(tmp_path / "ro")), steps=2)  # Decoded in memory.
+    assert os.listdir(tmp_path / "ro") == []
+  for (wa, ya), (wb, yb) in zip(want, got):
+    np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(ya, yb)
