@@ -73,7 +73,7 @@ def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
   the same; fingerprints are of the content, so mtimes do not matter.
   """
   from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
-  examples = manifest.split(split)
+  examples = manifest.files(split)  # What the cache holds: no virtual _silence_ clips.
   fingerprints = store_lib.Store.for_params(params).fingerprints.of(examples)
   root = params.data_dir or os.path.dirname(os.path.abspath(params.manifest))
   return "".join(f"{os.path.relpath(e.path, root)}\t{fp}\n"
