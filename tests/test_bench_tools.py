@@ -61,3 +61,4 @@ def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path)
   assert result["tensorflow"] == tf.__version__
   assert result["measured_steps"] == 2
   assert result["steps_per_s"] > 0
+  assert result["cpu_ms_per_step"] > 0

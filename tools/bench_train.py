@@ -221,12 +221,12 @@ class _EstimatorClock(tf.compat.v1.train.SessionRunHook):  # tf.estimator's, on 
 
 
 def train_keras(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
-                max_seconds: float = 0.0, metered: bool = True) -> Run:
+                max_seconds: float = 0.0, metered: bool = True, extra_callbacks=()) -> Run:
   """model.fit on build()'s dataset for `steps` steps, with the stall meter attached."""
   model = make_model(params, "keras")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
   clock = _Clock(FLAGS.warmup_steps, max_seconds)
-  ds, callbacks = build(), [_KerasClock(clock)]
+  ds, callbacks = build(), [_KerasClock(clock), *extra_callbacks]
   if metered:
     ds, callbacks = meter.attach(ds), callbacks + [KerasStallCallback(meter)]
   model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks, shuffle=False)
