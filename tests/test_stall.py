@@ -38,7 +38,9 @@ def model():
 
 
 # (seconds the input needs per batch, bounds of the stall fraction); the step itself takes 30 ms.
-CASES = [(0.0, (0.0, 0.2)), (0.09, (0.5, 1.0))]
+# A 90 ms input under a 30 ms step stalls 0.67 of the time; a loaded machine slows the step's
+# own overhead too (0.46 seen at load 10), so the bound only says "far above the fed case".
+CASES = [(0.0, (0.0, 0.2)), (0.09, (0.35, 1.0))]
 
 
 @pytest.mark.parametrize("input_s, bounds", CASES)
