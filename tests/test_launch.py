@@ -98,12 +98,23 @@ def test_launch_command_stops_its_tasks_on_sigterm(tmp_path):
   launcher = subprocess.Popen([sys.executable, "-m", "audioclf.launch", "--workers=2",
                                "--module=hanging_task"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-  deadline = time.monotonic() + 60
-  while len(list(pids.iterdir())) < 2:
-    assert time.monotonic() < deadline and launcher.poll() is None, launcher.communicate()
-    time.sleep(0.1)
-  launcher.send_signal(signal.SIGTERM)
-  _, err = launcher.communicate(timeout=60)
+  try:
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2:
+      assert time.monotonic() < deadline and launcher.poll() is None, launcher.communicate()
+      time.sleep(0.1)
+    launcher.send_signal(signal.SIGTERM)
+    _, err = launcher.communicate(timeout=60)
+  finally:
+    # A failed wait must not leave the launcher (and its tasks) running after the test.
+    if launcher.poll() is None:
+      launcher.kill()
+      launcher.wait()
+      for path in pids.iterdir():
+        try:
+          os.kill(int(path.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+          pass
   assert launcher.returncode == 128 + signal.SIGTERM, err
   assert "stopping every task" in err
   for path in pids.iterdir():
