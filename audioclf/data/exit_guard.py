@@ -13,8 +13,9 @@ The remedy: `install()` registers an `atexit` hook, and atexit hooks run
 before finalization, while every thread can still run Python. The hook
 destroys every live tf.data iterator there and then, so each one's in-flight
 calls finish and no new ones start. The process then exits with the code it
-was going to exit with. A warm pipeline has no Python in it and needs none of
-this; the cold pipeline installs it.
+was going to exit with. Every pipeline with Python in it installs it: the
+cold pass and the warm training cut (one numpy call per batch); only the
+native read (evaluation, `native_read=True`) runs without Python.
 """
 
 from __future__ import annotations
