@@ -29,7 +29,7 @@ def _batch_norm(name):
   # Under several replicas (tf.distribute), statistics of the global batch:
   # every replica keeps the same moving statistics, so each evaluates (and
   # the checkpoint holds) what one process training that batch would.
-  return layers.BatchNormalization(momentum=0.9, name=name, synchronized=_several_replicas())
+  return compat.BatchNormalization(momentum=0.9, name=name, synchronized=_several_replicas())
 
 
 def _several_replicas() -> bool:

@@ -114,3 +114,41 @@ def test_cosine_schedule_decays_to_zero_at_train_steps():
   assert float(schedule(100)) == pytest.approx(0.0, abs=1e-9)
   with pytest.raises(ValueError, match="unknown lr_schedule 'step'"):
     models.make_optimizer(params.replace(lr_schedule="step"))
+
+
+@pytest.mark.parametrize("scale,center", [(True, True), (False, False)])
+def test_batch_norm_trains_as_keras_own_layer(scale, center):
+  # compat.BatchNormalization is Keras' layer (Keras 2), or Keras 3's trained
+  # through the fused kernel: outputs, gradients and moving statistics must be
+  # Keras' own to float rounding, step after step.
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.standard_normal((8, 20, 10, 6)).astype(np.float32) * 3 + 1)
+  weights = tf.constant(rng.standard_normal((8, 20, 10, 6)).astype(np.float32))
+  ours = compat.BatchNormalization(momentum=0.9, scale=scale, center=center)
+  theirs = keras.layers.BatchNormalization(momentum=0.9, scale=scale, center=center)
+  ours.build(x.shape)
+  theirs.build(x.shape)
+  theirs.set_weights(ours.get_weights())
+  for _ in range(3):
+    results = []
+    for layer in (ours, theirs):
+      with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(tf.sin(y) * weights)
+      results.append((y, tape.gradient(loss, [x] + list(layer.trainable_weights))))
+    (y_ours, grads_ours), (y_theirs, grads_theirs) = results
+    np.testing.assert_allclose(y_ours, y_theirs, atol=1e-5)
+    for g_ours, g_theirs in zip(grads_ours, grads_theirs):
+      np.testing.assert_allclose(g_ours, g_theirs, rtol=1e-4, atol=1e-4)
+  for w_ours, w_theirs in zip(ours.get_weights(), theirs.get_weights()):
+    np.testing.assert_allclose(w_ours, w_theirs, rtol=1e-5, atol=1e-5)
+  # The moving statistics moved (three steps at momentum 0.9), and inference uses them.
+  assert not np.allclose(ours.moving_variance.numpy(), 1.0)
+  np.testing.assert_allclose(ours(x, training=False), theirs(x, training=False), atol=1e-5)
+
+
+def test_models_train_batch_norm_through_compat():
+  model = models.build_model(PARAMS, num_classes=3)
+  norms = [l for l in model.layers if isinstance(l, keras.layers.BatchNormalization)]
+  assert norms and all(isinstance(l, compat.BatchNormalization) for l in norms)
