@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import math
@@ -84,14 +85,18 @@ def which_split(path: str, validation_percent: float, testing_percent: float) ->
   Everything before `_nohash_` names the speaker, so all of a speaker's clips
   land in the same split and a model is never tested on a voice it trained on.
   """
-  base = _NOHASH.sub("", os.path.basename(path))
-  digest = hashlib.sha1(base.encode("utf-8")).hexdigest()
-  percent = (int(digest, 16) % (_MAX_NUM_WAVS_PER_CLASS + 1)) * (100.0 / _MAX_NUM_WAVS_PER_CLASS)
+  percent = _speaker_percent(_NOHASH.sub("", os.path.basename(path)))
   if percent < validation_percent:
     return "validation"
   if percent < validation_percent + testing_percent:
     return "test"
   return "train"
+
+
+@functools.lru_cache(maxsize=1 << 17)  # Speech Commands' 105,829 files; reloading skips the SHA-1s.
+def _speaker_percent(speaker: str) -> float:
+  digest = hashlib.sha1(speaker.encode("utf-8")).hexdigest()
+  return (int(digest, 16) % (_MAX_NUM_WAVS_PER_CLASS + 1)) * (100.0 / _MAX_NUM_WAVS_PER_CLASS)
 
 
 def load(params: Params) -> Manifest:

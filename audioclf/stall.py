@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from audioclf.clock import StepClock
 from audioclf.compat import keras
 
 
@@ -36,19 +37,27 @@ class StallMeter:
 
   def __init__(self, warmup_steps: int = 1):
     self._lock = threading.Lock()
-    self._begin: Optional[float] = None
     self._ready: Optional[float] = None
     self._blocked = 0.0
-    self._warmup_steps = max(0, warmup_steps)
+    self.clock = StepClock(warmup_steps)  # Times the steps the waits are a share of.
     self.reset()
 
   def reset(self) -> None:
     with self._lock:
-      self.wait_s = self.step_s = 0.0
-      self.steps = 0
+      self.wait_s = 0.0
+      self.clock.reset()
       self.probes = 0  # Batches that passed the probe: 0 means the dataset was never attached.
-      self._warmup = self._warmup_steps
       self._window_wait = self._window_step = 0.0
+
+  @property
+  def steps(self) -> int:
+    """Steps measured (after the warm-up)."""
+    return self.clock.steps
+
+  @property
+  def step_s(self) -> float:
+    """Their summed seconds."""
+    return self.clock.seconds
 
   # --- Called by the dataset probe (a tf.data thread).
   def _mark_ready(self, blocked=0.0) -> np.int64:
@@ -58,28 +67,23 @@ class StallMeter:
 
   # --- Called by the engine around each step (the training thread).
   def begin_step(self) -> None:
-    self._begin, self._ready, self._blocked = time.perf_counter(), None, 0.0
+    self.clock.begin_step()
+    self._ready, self._blocked = None, 0.0
 
   def end_step(self) -> None:
     """Ends the step `begin_step` began; a no-op when none is open (it already ended)."""
-    end = time.perf_counter()
-    if self._begin is None:
-      return
-    if self._warmup > 0:
-      self._warmup -= 1
-      self._begin = None
+    begin = self.clock.began
+    seconds = self.clock.end_step()
+    if seconds is None:  # None open, or a warm-up step.
       return
     # Only blocked time inside this step counts: a batch fetched before the
     # step began (ready < begin, as a device prefetcher does) waited zero.
-    ready = self._ready if self._ready is not None else self._begin
-    wait = min(max(min(self._blocked, ready - self._begin), 0.0), end - self._begin)
+    ready = self._ready if self._ready is not None else begin
+    wait = min(max(min(self._blocked, ready - begin), 0.0), seconds)
     with self._lock:
       self.wait_s += wait
-      self.step_s += end - self._begin
       self._window_wait += wait
-      self._window_step += end - self._begin
-      self.steps += 1
-    self._begin = None
+      self._window_step += seconds
 
   @property
   def fraction(self) -> float:

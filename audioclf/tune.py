@@ -44,10 +44,14 @@ import audioclf
 from audioclf import cache, cli, compat, models, pipeline
 from audioclf import manifest as manifest_lib
 from audioclf import model_dir as model_dir_lib
+from audioclf.clock import StepClock, training_clock
+from audioclf.engines import common as engines_common
+from audioclf.engines import keras_loop
 from audioclf.engines.common import prefetch_device
 from audioclf.compat import keras
 from audioclf.manifest import Manifest
 from audioclf.params import ParamError, Params
+from audioclf.stall import StallMeter
 
 OBJECTIVE = "val_accuracy"  # compile_model's "accuracy", on input_fn(params, "eval").
 PROJECT = "search"  # keras-tuner's project folder under tune_dir.
@@ -80,6 +84,8 @@ class AudioHyperModel(kt.HyperModel):
     super().__init__(name="audioclf")
     self.params = params
     self.manifest = manifest
+    # The last fit's stall meter, step clock and batch size: what its trial's record reports.
+    self.last_fit: Optional[tuple[StallMeter, StepClock, int]] = None
 
   def trial_params(self, hp: kt.HyperParameters) -> Params:
     """The base params with `hp`'s values; declares the hyperparameters on first use."""
@@ -131,19 +137,30 @@ class AudioHyperModel(kt.HyperModel):
     del kwargs  # Nothing else is passed: search() is only called by tune().
     params = self.trial_params(hp)
     steps = steps_per_epoch(params)
+    callbacks = list(callbacks or [])
+    meter, clock = StallMeter(), training_clock(steps_to_run=params.train_steps)
+    self.last_fit = (meter, clock, params.batch_size)
+    # The trial's input stall goes beside keras-tuner's TensorBoard logs of it.
+    boards = [c for c in callbacks if isinstance(c, keras.callbacks.TensorBoard)]
     # A Hyperband trial that continues its parent's model continues its
     # parent's data too, as a resumed training run does, instead of
     # replaying the batches the parent has already trained on.
-    train = pipeline.input_fn(params, "train", manifest=self.manifest,
-                              seed_offset=initial_epoch * steps)
-    return model.fit(
+    train = engines_common.metered_train_input(params, self.manifest, meter,
+                                               seed_offset=initial_epoch * steps)
+    return keras_loop.fit(
+        model,
         train,
         steps_per_epoch=steps,
         epochs=epochs or params.trial_epochs,
         initial_epoch=initial_epoch,
+        meter=meter,
+        clocks=[clock],
+        train_steps=params.train_steps,
+        # A point an epoch, beside keras-tuner's epoch summaries.
+        stall_log_dir=os.path.join(boards[0].log_dir, "train") if boards else None,
+        stall_log_every=steps,
         validation_data=pipeline.input_fn(params, "eval", manifest=self.manifest),
-        callbacks=list(callbacks or []),
-        shuffle=False,  # input_fn shuffles; Keras 3 warns that a dataset ignores shuffle=True.
+        callbacks=callbacks,
         verbose=verbose)
 
 
@@ -170,6 +187,7 @@ class _TrialHooks:
 
   def on_trial_begin(self, trial):
     self._begin = (time.perf_counter(), cache.decode_count(), compat.trial_gradient_names())
+    self.hypermodel.last_fit = None
     super().on_trial_begin(trial)
 
   def on_trial_end(self, trial):
@@ -178,7 +196,7 @@ class _TrialHooks:
     gc.collect()
     record = {"decoded": cache.decode_count() - decoded,
               "seconds": round(time.perf_counter() - start, 2),
-              "rss_mb": round(_rss_mb(), 1)}
+              "rss_mb": round(_rss_mb(), 1), **_fit_record(self.hypermodel)}
     with open(os.path.join(self.get_trial_dir(trial.trial_id), TRIAL_RECORD), "w") as f:
       json.dump(record, f)
     logging.info("audioclf: trial %s %s in %.1f s: decoded %d files, RSS %.0f MB",
@@ -186,6 +204,16 @@ class _TrialHooks:
                  record["rss_mb"])
     self.trials_run += 1
     super().on_trial_end(trial)
+
+
+def _fit_record(hypermodel: AudioHyperModel) -> dict[str, Any]:
+  """The trial's training throughput and input stall, as the engines report them in metrics.json."""
+  if hypermodel.last_fit is None:
+    return {}  # The trial failed before it trained.
+  meter, clock, batch_size = hypermodel.last_fit
+  rate = clock.examples_per_sec(batch_size)
+  return {"examples_per_sec": None if rate is None else round(rate, 1),
+          "input_stall": engines_common.stall_fraction(meter)}
 
 
 class _RandomSearch(_TrialHooks, kt.RandomSearch):
@@ -396,7 +424,8 @@ def read_trials(tune_dir: str) -> list[dict[str, Any]]:
 def trials_table(rows: Sequence[dict[str, Any]], best: Optional[str] = None) -> str:
   """Plain-text table of `read_trials`' rows, the best trial marked with `*`."""
   columns = ["trial", "status", OBJECTIVE, "model", "width", "dropout", "learning_rate",
-             "optimizer", "batch_size", "epochs", "decoded", "seconds"]
+             "optimizer", "batch_size", "epochs", "decoded", "seconds", "examples_per_sec",
+             "input_stall"]
   if all(row.get("epochs") is None for row in rows):
     columns.remove("epochs")  # Only Hyperband trains trials for different epochs.
 

@@ -21,10 +21,18 @@ import soundfile as sf
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The content-fingerprint memo lives per host (audioclf.data.keys); tests keep
 # theirs apart from the user's, in one folder per test session.
+_FINGERPRINTS_DIR = None
 if "AUDIOCLF_FINGERPRINTS" not in os.environ:
   import tempfile
-  os.environ["AUDIOCLF_FINGERPRINTS"] = os.path.join(
-      tempfile.mkdtemp(prefix="audioclf-tests-"), "fingerprints.sqlite3")
+  _FINGERPRINTS_DIR = tempfile.mkdtemp(prefix="audioclf-tests-")
+  os.environ["AUDIOCLF_FINGERPRINTS"] = os.path.join(_FINGERPRINTS_DIR, "fingerprints.sqlite3")
+
+
+def pytest_unconfigure(config):
+  # The session's memo goes with it (subprocesses of the tests shared it until now).
+  if _FINGERPRINTS_DIR is not None:
+    import shutil
+    shutil.rmtree(_FINGERPRINTS_DIR, ignore_errors=True)
 
 ENGINES = ("keras", pytest.param("estimator", marks=pytest.mark.legacy_only))
 # A command-line check of an Estimator's model_dir where the stack has one, else of a Keras

@@ -214,3 +214,54 @@ def test_graph_mode_takes_the_global_step_as_seed_offset(params):
 
   np.testing.assert_array_equal(labels_at(0), labels_at(0))
   assert not np.array_equal(labels_at(0), labels_at(500))
+
+
+def _batches(ds, n=2):
+  return [(f["waveform"].numpy(), y.numpy()) for f, y in ds.take(n)]
+
+
+def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params):
+  from audioclf import cache  # pylint: disable=g-import-not-at-top
+  cache.fill(params, ("train",))
+  first = audioclf.input_fn(params, "train")
+  assert audioclf.input_fn(params, "train") is first  # Construction saved.
+  expected = _batches(first)
+  # Another flag, mode or start builds anew.
+  assert audioclf.input_fn(params.replace(noise_prob=0.5), "train") is not first
+  assert audioclf.input_fn(params, "train", seed_offset=3) is not first
+  # A file whose content changed is another split: cold again, then warm.
+  manifest = audioclf.manifest.load(params)
+  path = manifest.files("train")[0].path
+  with open(path, "r+b") as f:
+    f.seek(-2, 2)
+    last = f.read(2)
+    f.seek(-2, 2)
+    f.write(bytes([last[0] ^ 0xFF, last[1]]))
+  changed = audioclf.input_fn(params, "train")
+  assert changed is not first
+  cache.fill(params, ("train",))
+  assert audioclf.input_fn(params, "train") is not first
+  # The same split filled again (another data file): built anew, the same batches.
+  with open(path, "r+b") as f:
+    f.seek(-2, 2)
+    f.write(last)
+  store = cache.Store.for_params(params)
+  base = store.split_base(store.fingerprints.of(manifest.files("train")))
+  import os  # pylint: disable=g-import-not-at-top
+  os.remove(base + ".json")
+  cache.fill(params, ("train",))
+  again = audioclf.input_fn(params, "train")
+  assert again is not first
+  for (wa, ya), (wb, yb) in zip(expected, _batches(again)):
+    np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(ya, yb)
+
+
+def test_a_dataset_built_in_a_graph_is_never_reused(params):
+  from audioclf import cache  # pylint: disable=g-import-not-at-top
+  cache.fill(params, ("train",))
+  eager = audioclf.input_fn(params, "train")
+  with tf.Graph().as_default():
+    in_graph = audioclf.input_fn(params, "train", seed_offset=0)
+    assert in_graph is not eager
+    assert audioclf.input_fn(params, "train", seed_offset=0) is not in_graph

@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import pytest
-import soundfile as sf
 import tensorflow as tf
 
 from audioclf import evaluate, export, report

@@ -14,7 +14,7 @@ import soundfile as sf
 import soxr
 
 from audioclf import decode, segments
-from audioclf.segments import Segment, find_segments
+from audioclf.segments import find_segments
 from conftest import tone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -187,7 +187,7 @@ def recording(word_model, tmp_path_factory):
   rng = np.random.default_rng(1)
   pool = msw._speaker_pool(msw._available_voices(), 8, seed=7)  # pylint: disable=protected-access
   audio = _noise(rng, 16 * SR, -55, True)
-  words, gaps, t = [], [], 1.0
+  words, t = [], 1.0
   for k, word in enumerate(["yes", "down", "no", "up", "yes", "no"]):
     jobs = msw._jobs_for_word(word, 1, 7 + k, pool[k:])  # pylint: disable=protected-access
     header, raws = msw._synthesize_word(word, jobs)  # pylint: disable=protected-access

@@ -61,6 +61,15 @@ def _gradient_registry():
   return ops._gradient_registry._registry  # pylint: disable=protected-access
 
 
+def _has_tag(log_dir, tag):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for path in tf.io.gfile.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      if any(value.tag == tag for value in event.summary.value):
+        return True
+  return False
+
+
 def _records(tune_dir):
   project = os.path.join(tune_dir, tune_lib.PROJECT)
   return {name[len("trial_"):]: json.load(open(os.path.join(project, name, tune_lib.TRIAL_RECORD)))
@@ -76,6 +85,10 @@ def test_each_file_is_decoded_once_and_no_trial_decodes(search):
   records = _records(params.tune_dir)
   assert sorted(records) == ["0", "1", "2"]
   assert [r["decoded"] for r in records.values()] == [0, 0, 0]
+  # Each trial trained through the engine's loop: its clock and stall meter report.
+  for record in records.values():
+    assert record["examples_per_sec"] > 0
+    assert 0.0 <= record["input_stall"] <= 1.0
 
 
 def test_search_prints_table_and_writes_tensorboard_and_best_model(search):
@@ -89,6 +102,7 @@ def test_search_prints_table_and_writes_tensorboard_and_best_model(search):
     logs = os.path.join(params.tune_dir, "tb", trial, "execution0")
     assert any(name.startswith("events.out.tfevents")
                for _, _, files in os.walk(logs) for name in files), logs
+    assert _has_tag(os.path.join(logs, "train"), "input/stall_fraction")
 
   from audioclf.evaluate import evaluate  # pylint: disable=g-import-not-at-top
   best_model = summary["best_model"]

@@ -61,19 +61,20 @@ import shutil
 import statistics
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import audioclf  # noqa: E402
 from audioclf import cache, cli, engines as engines_lib, manifest as manifest_lib, models  # noqa: E402
 from audioclf.compat import keras  # noqa: E402
-from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
+from audioclf.clock import EstimatorClockHook, StepClock  # noqa: E402
+from audioclf.engines import keras_loop  # noqa: E402
+from audioclf.stall import EstimatorStallHook, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
 FLAGS = flags.FLAGS
@@ -159,78 +160,31 @@ def make_model(params: audioclf.Params, engine: str) -> keras.Model:
   return models.compile_model(model, params.replace(engine=engine))
 
 
-# --- One timed run per engine.
+# --- One timed run per engine: audioclf's own Keras loop, or its Estimator hooks.
 
 
-class _Clock:
-  """Times steps after the warm-up; stops the run once --max_seconds of them have passed."""
-
-  def __init__(self, warmup_steps: int, max_seconds: float):
-    self.warmup, self.max_seconds = warmup_steps, max_seconds
-    self.steps: list[float] = []
-    self._begin = self.start = self.last = None
-
-  def begin_step(self) -> None:
-    self._begin = time.perf_counter()
-
-  def end_step(self) -> bool:
-    """Returns True when the run should stop."""
-    now = time.perf_counter()
-    self.steps.append(now - self._begin)
-    step = len(self.steps)
-    if step == self.warmup:
-      self.start = now
-    elif step > self.warmup:
-      self.last = now
-      measured = step - self.warmup
-      return (bool(self.max_seconds) and measured >= MIN_MEASURED_STEPS
-              and now - self.start > self.max_seconds)
-    return False
-
-  def run(self, meter: StallMeter) -> Run:
-    measured = len(self.steps) - self.warmup
-    if measured <= 0 or self.start is None or self.last is None:
-      raise RuntimeError("a run needs more --steps than --warmup_steps")
-    return Run(measured / (self.last - self.start), meter.fraction, measured, self.steps[0],
-               [round(s, 4) for s in self.steps])
+def _clock(max_seconds: float) -> StepClock:
+  return StepClock(FLAGS.warmup_steps, max_seconds=max_seconds, min_steps=MIN_MEASURED_STEPS,
+                   keep_durations=True)
 
 
-class _KerasClock(keras.callbacks.Callback):
-  def __init__(self, clock: _Clock):
-    super().__init__()
-    self.clock = clock
-
-  def on_train_batch_begin(self, batch, logs=None):
-    self.clock.begin_step()
-
-  def on_train_batch_end(self, batch, logs=None):
-    if self.clock.end_step():
-      self.model.stop_training = True
-
-
-class _EstimatorClock(tf.compat.v1.train.SessionRunHook):  # tf.estimator's, on every stack.
-  def __init__(self, clock: _Clock):
-    self.clock = clock
-
-  def before_run(self, run_context):
-    self.clock.begin_step()
-
-  def after_run(self, run_context, run_values):
-    if self.clock.end_step():
-      run_context.request_stop()
+def _run(clock: StepClock, meter: StallMeter) -> Run:
+  if not clock.steps:
+    raise RuntimeError("a run needs more --steps than --warmup_steps")
+  return Run(clock.steps_per_sec(), meter.fraction, clock.steps, clock.first_step_s,
+             [round(s, 4) for s in clock.durations])
 
 
 def train_keras(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
                 max_seconds: float = 0.0, metered: bool = True, extra_callbacks=()) -> Run:
-  """model.fit on build()'s dataset for `steps` steps, with the stall meter attached."""
+  """The Keras engine's loop (engines.keras_loop.fit) on build()'s dataset for `steps` steps."""
   model = make_model(params, "keras")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
-  clock = _Clock(FLAGS.warmup_steps, max_seconds)
-  ds, callbacks = build(), [_KerasClock(clock), *extra_callbacks]
-  if metered:
-    ds, callbacks = meter.attach(ds), callbacks + [KerasStallCallback(meter)]
-  model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=callbacks, shuffle=False)
-  return clock.run(meter)
+  clock = _clock(max_seconds)
+  ds = build()
+  keras_loop.fit(model, meter.attach(ds) if metered else ds, steps_per_epoch=steps,
+                 meter=meter if metered else None, clocks=[clock], callbacks=extra_callbacks)
+  return _run(clock, meter)
 
 
 def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset], steps: int,
@@ -238,12 +192,12 @@ def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset
   """model_to_estimator of the same compiled model; build() runs inside the Estimator's graph."""
   model = make_model(params, "estimator")
   meter = StallMeter(warmup_steps=FLAGS.warmup_steps)
-  clock = _Clock(FLAGS.warmup_steps, max_seconds)
-  hooks = [_EstimatorClock(clock)] + ([EstimatorStallHook(meter)] if metered else [])
+  clock = _clock(max_seconds)
+  hooks = [EstimatorClockHook([clock])] + ([EstimatorStallHook(meter)] if metered else [])
   with benchdata.scratch_estimator(model, FLAGS.out_dir) as estimator:
     estimator.train(lambda: meter.attach(build()) if metered else build(), max_steps=steps,
                     hooks=hooks)
-  return clock.run(meter)
+  return _run(clock, meter)
 
 
 TRAIN = {"keras": train_keras, "estimator": train_estimator}

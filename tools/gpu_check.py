@@ -36,7 +36,8 @@ import tensorflow as tf  # noqa: E402
 import audioclf  # noqa: E402
 from audioclf import cache, cli, engines, manifest as manifest_lib, models  # noqa: E402
 from audioclf.compat import keras  # noqa: E402
-from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter  # noqa: E402
+from audioclf.engines import keras_loop  # noqa: E402
+from audioclf.stall import EstimatorStallHook, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
 FLAGS = flags.FLAGS
@@ -54,7 +55,8 @@ def define_flags() -> None:
 
 
 def _result(meter: StallMeter) -> dict:
-  return {"steps_per_s": round(meter.steps / meter.step_s, 2) if meter.step_s else None,
+  rate = meter.clock.steps_per_sec()  # The meter's clock times the steps after its warm-up.
+  return {"steps_per_s": round(rate, 2) if rate else None,
           "input_stall_fraction": round(meter.fraction, 4), "measured_steps": meter.steps}
 
 
@@ -66,8 +68,7 @@ def train_keras(params, build, device: str) -> dict:
   # the device).
   with tf.distribute.OneDeviceStrategy(device).scope():
     model = models.compile_model(models.build_model(params, len(benchdata.LABELS)), params)
-  model.fit(meter.attach(build()), steps_per_epoch=FLAGS.steps, epochs=1, verbose=0,
-            callbacks=[KerasStallCallback(meter)], shuffle=False)
+  keras_loop.fit(model, meter.attach(build()), steps_per_epoch=FLAGS.steps, meter=meter)
   return _result(meter)
 
 

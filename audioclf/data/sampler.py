@@ -25,6 +25,8 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 from __future__ import annotations
 
 import os
+from typing import Optional
+
 import tensorflow as tf
 
 from audioclf.params import Params

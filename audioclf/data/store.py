@@ -122,6 +122,9 @@ class Split:
     self.samples = int(marker["samples"])
     self.skipped = list(marker.get("skipped", ()))
     self._blob = None
+    # The data file as opened (device, inode, size, mtime, ctime): a split
+    # filled again under the same key is another file.
+    self.identity: tuple = ()
 
   @property
   def data_path(self) -> str:
@@ -207,7 +210,8 @@ def check_files(base: str, raw: bytes, count: Optional[int]) -> Split:
     raise DamagedSplitError(f"its marker says {marker.get('count')!r} clips, "
                             f"{samples!r} samples; the split has {count} files")
   try:
-    size = os.path.getsize(base + ".data")
+    st = os.stat(base + ".data")
+    size = st.st_size
     index = np.load(base + ".idx.npy", allow_pickle=False)
   except (OSError, ValueError, EOFError) as e:
     raise DamagedSplitError(f"its data or index cannot be read ({e})") from e
@@ -222,7 +226,9 @@ def check_files(base: str, raw: bytes, count: Optional[int]) -> Split:
                 or (offsets[1:] != offsets[:-1] + lengths[:-1]).any()
                 or offsets[-1] + lengths[-1] != samples):
     raise DamagedSplitError("its index does not lay the clips end to end over its data")
-  return Split(base, marker, index)
+  split = Split(base, marker, index)
+  split.identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+  return split
 
 
 def _report_damaged(base: str, reason: str, remove: bool = True) -> None:

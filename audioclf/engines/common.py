@@ -1,9 +1,8 @@
-"""What both engines share: the Result they return, the step timer and the metered training input."""
+"""What both engines share: the Result they return and the metered training input."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Optional
 
 import tensorflow as tf
@@ -33,43 +32,6 @@ def has_split(manifest: Manifest, split: str) -> bool:
 def metric_values(results: dict) -> dict[str, float]:
   """METRIC_NAMES from an engine's evaluation dict, as plain floats for JSON."""
   return {name: float(results[name]) for name in METRIC_NAMES}
-
-
-class StepTimer:
-  """Sums the time spent inside training steps, to report examples per second.
-
-  Only time between `begin_step` and `end_step` counts, so evaluation,
-  checkpointing and graph building never dilute the figure. The first steps
-  are left out too: they trace the graph, start thread pools and fill the
-  input pipeline's buffers (the Estimator's first ten steps run at a third of
-  its speed). The begin_step/end_step pair is what the engines' step hooks
-  call, so any meter with the same two methods can ride along.
-  """
-
-  def __init__(self, steps_to_run: int, warmup_steps: int = 10):
-    self.seconds = 0.0
-    self.steps = 0
-    # A short run still gets a figure: skip at most half of it.
-    self._skip = min(warmup_steps, steps_to_run // 2)
-    self._start: Optional[float] = None
-
-  def begin_step(self) -> None:
-    self._start = time.perf_counter()
-
-  def end_step(self) -> None:
-    if self._start is None:
-      return
-    elapsed, self._start = time.perf_counter() - self._start, None
-    if self._skip > 0:
-      self._skip -= 1
-      return
-    self.seconds += elapsed
-    self.steps += 1
-
-  def examples_per_sec(self, batch_size: int) -> Optional[float]:
-    if self.steps == 0 or self.seconds <= 0:
-      return None
-    return self.steps * batch_size / self.seconds
 
 
 def prefetch_device(params: Params) -> Optional[str]:

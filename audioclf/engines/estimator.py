@@ -16,9 +16,9 @@ from audioclf import dataservice
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.compat import keras
-from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
-                                     metric_values, prefetch_device, stall_fraction,
-                                     stall_log_every)
+from audioclf.clock import EstimatorClockHook, StepClock, training_clock
+from audioclf.engines.common import (Result, has_split, metered_train_input, metric_values,
+                                     prefetch_device, stall_fraction, stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import fill_cache, input_fn
@@ -64,34 +64,6 @@ def _evaluator_result(metrics: Optional[dict], params: Params) -> Result:
                        f"{params.model_dir} to evaluate")
   return Result(steps=int(metrics["global_step"]), validation=metric_values(metrics), test=None,
                 examples_per_sec=None)
-
-
-class _StepCount:
-  """Counts this task's own training steps (in a cluster, the global step counts all tasks')."""
-
-  def __init__(self):
-    self.steps = 0
-
-  def begin_step(self):
-    pass
-
-  def end_step(self):
-    self.steps += 1
-
-
-class _StepHook(tf.estimator.SessionRunHook):
-  """Tells step meters when each training step begins and ends."""
-
-  def __init__(self, meters: Sequence):
-    self._meters = list(meters)
-
-  def before_run(self, run_context):
-    for meter in self._meters:
-      meter.begin_step()
-
-  def after_run(self, run_context, run_values):
-    for meter in self._meters:
-      meter.end_step()  # A no-op where _EndStepBeforeSave already ended it.
 
 
 class _EndStepBeforeSave(tf.estimator.CheckpointSaverListener):
@@ -189,7 +161,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
 
   latest = tf.train.latest_checkpoint(params.model_dir)
   start_step = model_dir_lib.checkpoint_step(latest) if latest else 0
-  timer = StepTimer(steps_to_run=params.train_steps - start_step)
+  clock = training_clock(steps_to_run=params.train_steps - start_step)
   meter = StallMeter()
   device = prefetch_device(params)
   shard = None
@@ -218,10 +190,10 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       _wait_for_chief(params.model_dir)
     # The stall hook begins and ends the meter's steps; the saving listener
     # ends a step that saves before the checkpoint and its evaluation, for the
-    # meter as for the timer, so neither counts evaluation as a training step.
+    # meter as for the clock, so neither counts evaluation as a training step.
     # Only the chief writes summaries into model_dir.
-    count = _StepCount()
-    hooks = [_StepHook([timer, count]),
+    count = StepClock()  # This task's own steps (in a cluster the global step counts all tasks').
+    hooks = [EstimatorClockHook([clock, count]),
              EstimatorStallHook(meter, params.model_dir if chief else None,
                                 every_steps=stall_log_every(params))]
     last = _LastEvaluation()
@@ -231,7 +203,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
         # dataset in its own graph.
         tf.estimator.TrainSpec(train_input,
                                max_steps=params.train_steps, hooks=hooks,
-                               saving_listeners=[_EndStepBeforeSave([timer, meter])]),
+                               saving_listeners=[_EndStepBeforeSave([clock, meter])]),
         # Locally, throttle_secs=0 evaluates every checkpoint (their spacing is
         # the schedule); an evaluator task looks for a new one every second.
         tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=1 if task else 0,
@@ -260,5 +232,5 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       steps=int(validation["global_step"]),
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
-      examples_per_sec=timer.examples_per_sec(params.batch_size),
+      examples_per_sec=clock.examples_per_sec(params.batch_size),
       input_stall_fraction=stall_fraction(meter))

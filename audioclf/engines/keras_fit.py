@@ -6,7 +6,7 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import tensorflow as tf
 from absl import logging
@@ -16,42 +16,14 @@ from audioclf import compat
 from audioclf import model_dir as model_dir_lib
 from audioclf import models
 from audioclf.compat import keras
-from audioclf.engines.common import (Result, StepTimer, has_split, metered_train_input,
-                                     metric_values, prefetch_device, stall_fraction,
-                                     stall_log_every)
+from audioclf.clock import training_clock
+from audioclf.engines import keras_loop
+from audioclf.engines.common import (Result, has_split, metered_train_input, metric_values,
+                                     prefetch_device, stall_fraction, stall_log_every)
 from audioclf.manifest import Manifest
 from audioclf.params import Params
 from audioclf.pipeline import cached_clips, fill_cache, input_fn
-from audioclf.stall import KerasStallCallback, StallMeter
-
-
-class _GlobalSteps(keras.callbacks.Callback):
-  """Keeps fit on the global step: times steps, stops at train_steps, checkpoints each epoch."""
-
-  def __init__(self, manager: "_Checkpoints", train_steps: int, meters: Sequence = ()):
-    super().__init__()
-    self._manager = manager
-    self._train_steps = train_steps
-    self._meters = list(meters)
-
-  def _step(self) -> int:
-    return int(self.model.optimizer.iterations.numpy())
-
-  def on_train_batch_begin(self, batch, logs=None):
-    for meter in self._meters:
-      meter.begin_step()
-
-  def on_train_batch_end(self, batch, logs=None):
-    for meter in self._meters:
-      meter.end_step()
-    # An epoch resumed from a checkpoint off the epoch grid (train_steps or
-    # eval_every_steps changed) would overshoot; stop exactly at train_steps.
-    # fit still evaluates and ends this epoch, so the last checkpoint is saved.
-    if self._step() >= self._train_steps:
-      self.model.stop_training = True
-
-  def on_epoch_end(self, epoch, logs=None):
-    self._manager.save(checkpoint_number=self._step())
+from audioclf.stall import StallMeter
 
 
 def train(params: Params, manifest: Manifest) -> Result:
@@ -256,7 +228,7 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
     logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
   step = int(model.optimizer.iterations.numpy())
 
-  timer = StepTimer(steps_to_run=params.train_steps - step)
+  clock = training_clock(steps_to_run=params.train_steps - step)
   meter = StallMeter()
   validation = _evaluation(strategy, params, manifest)
   if step < params.train_steps:
@@ -264,28 +236,25 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
     # Epochs count from the global step, so TensorBoard's epoch summaries of a
     # resumed run carry on where the last one stopped.
     initial_epoch = step // every
-    callbacks = [
-        _GlobalSteps(manager, params.train_steps, meters=[timer]),
-        # Validation runs between batches, outside the steps this meter times.
-        # Only the chief writes summaries into model_dir.
-        KerasStallCallback(meter, os.path.join(params.model_dir, "train") if chief else None,
-                           every_steps=stall_log_every(params)),
-    ]
-    if chief:
-      # It continues a resumed run's curves at the global step.
-      callbacks.append(compat.TensorBoard(
-          params.model_dir, update_freq=params.log_every_steps or "epoch"))
-    history = model.fit(
+    history = keras_loop.fit(
+        model,
         # A resumed run continues the shuffle sequence instead of replaying its start.
         _input(strategy, params, lambda p, shard: metered_train_input(
             p, manifest, meter, seed_offset=step, shard=shard)),
         steps_per_epoch=every,
         initial_epoch=initial_epoch,
         epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
+        meter=meter,
+        clocks=[clock],
+        train_steps=params.train_steps,
+        save=lambda step: manager.save(checkpoint_number=step),
+        # Only the chief writes summaries into model_dir.
+        stall_log_dir=os.path.join(params.model_dir, "train") if chief else None,
+        stall_log_every=stall_log_every(params),
+        tensorboard_dir=params.model_dir if chief else None,
+        tensorboard_update_freq=params.log_every_steps or "epoch",
         validation_data=validation["x"],
-        validation_steps=validation["steps"],
-        callbacks=callbacks,
-        shuffle=False)  # input_fn shuffles; Keras 3 warns that a dataset ignores shuffle=True.
+        validation_steps=validation["steps"])
     # The last epoch's validation ran on the final weights.
     validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
   else:
@@ -301,5 +270,5 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
       steps=int(model.optimizer.iterations.numpy()),
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
-      examples_per_sec=timer.examples_per_sec(params.batch_size),
+      examples_per_sec=clock.examples_per_sec(params.batch_size),
       input_stall_fraction=stall_fraction(meter))
