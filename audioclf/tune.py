@@ -3,9 +3,12 @@
   python -m audioclf.tune --flagfile=flags/tune.flags
   audioclf.tune(params)                                   # the same from Python
 
-Each trial builds its model with `models.build_model`/`compile_model` and
-reads `pipeline.input_fn`, exactly as `python -m audioclf.train` does, with
-the trial's hyperparameters put into `params`. The clips are decoded into the
+Each trial builds its model with `models.build_model`/`compile_model`, reads
+`pipeline.input_fn` and trains in the Keras engine's loop
+(`engines.keras_loop.fit`: stall meter, step clock, stop at the trial's
+train_steps), exactly as `python -m audioclf.train` does, with the trial's
+hyperparameters put into `params`; each trial's record (the table, its
+audioclf_trial.json) has its examples/s and input stall. The clips are decoded into the
 persistent cache once, before the first trial; no trial decodes audio, since
 the cache key depends on the sample rate and the files, not on the batch size
 or the model.

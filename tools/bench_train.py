@@ -10,8 +10,9 @@ stall fraction, and the ratio to the limit. Is the input ever the bottleneck?
 
 On generated data (tools/benchdata.py: 1 s 16 kHz mono PCM16 WAVs; 5 s 44.1
 kHz stereo FLAC), trains the same model for the same --steps with each engine
-(keras: model.fit; estimator: model_to_estimator of the same compiled model,
-its input_fn called in the Estimator's graph), fed by each pipeline:
+(keras: the Keras engine's own loop, engines.keras_loop.fit; estimator:
+model_to_estimator of the same compiled model, its input_fn called in the
+Estimator's graph), fed by each pipeline:
 
   naive          shuffle of decoded waveforms, no prefetch (the user's original)
   best_practice  shuffle of file names, one fused parallel map, prefetch(1)
