@@ -100,7 +100,12 @@ for stack in current legacy; do
       && { [ -x "$(stack_venv "$stack")/bin/python" ] || find_python "$stack" >/dev/null; }; then
     STACKS+=("$stack")
   else
-    why="$stack stack: no Python $(or_list "$(stack_versions "$stack")") found (on PATH or in pyenv)"
+    if [ "$(stack_python "$stack")" = none ]; then
+      var="$([ "$stack" = legacy ] && echo AUDIOCLF_PYTHON_LEGACY || echo AUDIOCLF_PYTHON)"
+      why="$stack stack: left out ($var=none)"
+    else
+      why="$stack stack: no Python $(or_list "$(stack_versions "$stack")") found (on PATH or in pyenv)"
+    fi
     if [ "$stack" = legacy ]; then
       why="$why, so nothing runs tf.estimator or Keras 2 (the Estimator engine and its tests)"
     else
