@@ -37,16 +37,26 @@ ROLES = ("dispatcher", "worker")
 _STOP_GRACE_S = 15.0  # How long a server may take to stop once told to.
 
 
-def _serve(server, status) -> None:
-  """Prints status() every --status_every_s until SIGTERM or SIGINT, then stops `server`.
+def _stop_on_signals() -> threading.Event:
+  """An event that SIGTERM or SIGINT sets from now on.
+
+  Called before the line that says a server is up: whoever reads that line
+  may signal at once (the handlers used to come after it, and a quick
+  SIGTERM killed the process before it could stop its server).
+  """
+  stop = threading.Event()
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda *_: stop.set())
+  return stop
+
+
+def _serve(server, status, stop: threading.Event) -> None:
+  """Prints status() every --status_every_s until `stop` is set (a signal), then stops `server`.
 
   Waits in slices of a fraction of a second: the signal may land on one of
   TensorFlow's threads, and Python runs its handler only once the main
   thread wakes up.
   """
-  stop = threading.Event()
-  for signum in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(signum, lambda *_: stop.set())
   start = last = time.monotonic()
   while not stop.wait(0.2):
     if time.monotonic() - last >= _STATUS_EVERY_S.value:
@@ -69,8 +79,9 @@ def main(argv):
     raise app.UsageError(f"say which server to run: one of {ROLES}, got {argv[1:]}")
   if argv[1] == "dispatcher":
     server = dataservice.dispatcher(_PORT.value)
+    stop = _stop_on_signals()
     print(f"dispatcher listening at {server.target}", flush=True)
-    _serve(server, lambda: f"dispatcher {server.target}: {server._num_workers()} workers")  # pylint: disable=protected-access
+    _serve(server, lambda: f"dispatcher {server.target}: {server._num_workers()} workers", stop)  # pylint: disable=protected-access
     return
   if not _DISPATCHER.value:
     raise app.UsageError("a worker needs --dispatcher=host:port")
@@ -82,8 +93,9 @@ def main(argv):
   print(f"cache ready ({decoded} files decoded) for {params.data_dir or params.manifest}; "
         f"listed in {listing}", flush=True)
   server = dataservice.worker(_DISPATCHER.value, _PORT.value, _WORKER_HOST.value)
+  stop = _stop_on_signals()
   print(f"worker registered with {_DISPATCHER.value}", flush=True)
-  _serve(server, lambda: f"worker of {_DISPATCHER.value}: {server._num_tasks()} tasks")  # pylint: disable=protected-access
+  _serve(server, lambda: f"worker of {_DISPATCHER.value}: {server._num_tasks()} tasks", stop)  # pylint: disable=protected-access
 
 
 def run():
