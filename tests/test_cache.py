@@ -75,8 +75,10 @@ def test_every_split_is_cached(tmp_path):
   params = params_for(tmp_path, validation_percent=30, testing_percent=30)
   eval_waveforms(params)
   eval_waveforms(params, split="test")
-  next(iter(audioclf.input_fn(params, "train")))
-  assert len(markers(params)) == 2  # Train is marked once its first epoch is stored.
+  # An evaluation pass writes its split before its last batch is delivered.
+  assert len(markers(params)) == 2
+  # Train is marked once its first epoch is stored. (Not checked after one
+  # batch: the prefetch may already have run through the 14-file epoch.)
   for _ in audioclf.input_fn(params, "train").take(20):
     pass
   cache.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
