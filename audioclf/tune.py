@@ -8,10 +8,10 @@ Each trial builds its model with `models.build_model`/`compile_model`, reads
 (`engines.keras_loop.fit`: stall meter, step clock, stop at the trial's
 train_steps), exactly as `python -m audioclf.train` does, with the trial's
 hyperparameters put into `params`; each trial's record (the table, its
-audioclf_trial.json) has its examples/s and input stall. The clips are decoded into the
-persistent cache once, before the first trial; no trial decodes audio, since
-the cache key depends on the sample rate and the files, not on the batch size
-or the model.
+audioclf_trial.json) has its examples/s and input stall. The clips are
+decoded into the persistent cache once, before the first trial; no trial
+decodes audio, since the cache key depends on the sample rate and the files,
+not on the batch size or the model.
 
 What a search leaves in --tune_dir (a rerun with the same folder resumes it:
 finished trials are kept, an interrupted one is run again, and a larger
@@ -50,7 +50,6 @@ from audioclf import model_dir as model_dir_lib
 from audioclf.clock import StepClock, training_clock
 from audioclf.engines import common as engines_common
 from audioclf.engines import keras_loop
-from audioclf.engines.common import prefetch_device
 from audioclf.compat import keras
 from audioclf.manifest import Manifest
 from audioclf.params import ParamError, Params
@@ -241,7 +240,7 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
   # keras-tuner takes a seed of 0 for "none" and would draw one at random.
   common = dict(hypermodel=hypermodel, objective=kt.Objective(OBJECTIVE, "max"),
                 seed=params.seed + 1, directory=tune_dir, project_name=PROJECT, overwrite=False)
-  device = prefetch_device(params)
+  device = engines_common.prefetch_device(params)
   if device:
     # Trials build and fit under it, as the Keras engine does: batches are
     # copied to the device while the step before them runs.

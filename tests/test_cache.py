@@ -233,7 +233,8 @@ def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
   blob = rng.integers(-30000, 30000, lengths.sum()).astype(dtype)
   base = str(tmp_path / "split")
   blob.tofile(base + ".data")
-  split = store.Split(base, {"dtype": dtype, "samples": int(lengths.sum())}, index)
+  split = store.Split(base, {"dtype": dtype, "samples": int(lengths.sum())}, index,
+                      os.stat(base + ".data"))
   mapped = tf.raw_ops.ImmutableConst(dtype=tf.int16 if dtype == "<i2" else tf.float32,
                                      shape=[lengths.sum()], memory_region_name=base + ".data")
   scale = np.float32(1 / 32768) if dtype == "<i2" else np.float32(1)

@@ -185,10 +185,6 @@ class _Recent:
       while len(self._items) > self._size:
         self._items.popitem(last=False)
 
-  def clear(self) -> None:
-    with self._lock:
-      self._items.clear()
-
 
 _BUILT = _Recent(size=8)
 

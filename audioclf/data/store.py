@@ -116,7 +116,7 @@ def _touch(path: str) -> None:
 class Split:
   """An opened, checked split: its index, and its samples memory-mapped (numpy)."""
 
-  def __init__(self, base: str, marker: dict, index: np.ndarray):
+  def __init__(self, base: str, marker: dict, index: np.ndarray, data_stat: os.stat_result):
     self.base, self.marker, self.index = base, marker, index
     self.dtype = marker["dtype"]
     self.samples = int(marker["samples"])
@@ -124,7 +124,8 @@ class Split:
     self._blob = None
     # The data file as opened (device, inode, size, mtime, ctime): a split
     # filled again under the same key is another file.
-    self.identity: tuple = ()
+    self.identity = (data_stat.st_dev, data_stat.st_ino, data_stat.st_size,
+                     data_stat.st_mtime_ns, data_stat.st_ctime_ns)
 
   @property
   def data_path(self) -> str:
@@ -226,9 +227,7 @@ def check_files(base: str, raw: bytes, count: Optional[int]) -> Split:
                 or (offsets[1:] != offsets[:-1] + lengths[:-1]).any()
                 or offsets[-1] + lengths[-1] != samples):
     raise DamagedSplitError("its index does not lay the clips end to end over its data")
-  split = Split(base, marker, index)
-  split.identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-  return split
+  return Split(base, marker, index, st)
 
 
 def _report_damaged(base: str, reason: str, remove: bool = True) -> None:
@@ -376,7 +375,7 @@ class Store:
       # its entries to resume from.
       for fp in fingerprints:
         _remove(self.entry_path(fp))
-    return Split(base, marker, index)
+    return Split(base, marker, index, os.stat(base + ".data"))
 
   def _write_data(self, base: str, count: int, dtype: str,
                   source: Callable[[int, str], np.ndarray]) -> np.ndarray:

@@ -247,7 +247,7 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
         meter=meter,
         clocks=[clock],
         train_steps=params.train_steps,
-        save=lambda step: manager.save(checkpoint_number=step),
+        save=manager.save,  # A checkpoint at the global step, every epoch.
         # Only the chief writes summaries into model_dir.
         stall_log_dir=os.path.join(params.model_dir, "train") if chief else None,
         stall_log_every=stall_log_every(params),
