@@ -1,49 +1,50 @@
-"""audioclf: audio classifiers whose input pipeline is never the bottleneck."""
+"""audioclf: audio classifiers whose input pipeline is never the bottleneck.
 
-import types
+  import audioclf
+  params = audioclf.Params(data_dir="data/speech_words", model_dir="runs/mine")
+  ds = audioclf.input_fn(params, "train")     # the tf.data.Dataset both engines read
+  metrics = audioclf.train(params)            # what `python -m audioclf train` does
+
+The package, by concern (each folder's __init__ says more):
+
+  params.py      Params: every setting of a run, and the one check of every value
+  compat/        every difference between the legacy stack (Keras 2, tf.estimator) and Keras 3
+  data/          the data: manifest, decoding, the clip cache, the sampler, input_fn, tf.data service
+  model/         the model: front end, builders, model_dir (what a run leaves, and loading it)
+  distributed/   TF_CONFIG clusters, the loopback launcher, tf.data service servers
+  engines/       training: the Keras loop and the Estimator, the stall meter and step clock
+  deploy/        after training: evaluate and its report, predict, long recordings, export, TFLite
+  tuning/        hyperparameter search with keras-tuner
+  migration/     legacy (Keras 2) model_dirs to Keras 3
+  commands/      `python -m audioclf <command>`: every command's flags and main
+
+Each layer imports only those above it in this list; tests/test_layout.py checks it.
+"""
+
+import importlib
 
 from audioclf.params import Params
 
 __version__ = "0.1.0"
 
-# Entry points load on first use: `import audioclf` stays light, and
-# `python -m audioclf.<module>` does not find its module half-imported.
-_LAZY = {
-    "input_fn": ("audioclf.data.pipeline", "input_fn"),
-    "manifest": ("audioclf.manifest", None),
-    "build_model": ("audioclf.models", "build_model"),
-    "train": ("audioclf.train", "train"),
-    "evaluate": ("audioclf.evaluate", "evaluate"),
-    "export": ("audioclf.export", "export"),
-    "tune": ("audioclf.tune", "tune"),
-    "migrate": ("audioclf.migrate", "migrate"),
+# The public functions, imported on first use so that `import audioclf` stays
+# light (no TensorFlow until one is called).
+_API = {
+    "input_fn": "audioclf.data.pipeline",
+    "build_model": "audioclf.model.build",
+    "train": "audioclf.engines.train",
+    "evaluate": "audioclf.deploy.evaluate",
+    "predict": "audioclf.deploy.predict",
+    "export": "audioclf.deploy.export",
+    "tune": "audioclf.tuning.search",
+    "migrate": "audioclf.migration.migrate",
 }
 
 
-class CommandModule(types.ModuleType):
-  """A command module that is also its command: `audioclf.train(params)` calls `train.train`.
-
-  `audioclf.train` names both the module `audioclf/train.py` and its function.
-  The lazy attribute below binds the function; but an `import audioclf.train`
-  (or `from audioclf.train import train`) done first makes the import system
-  bind the module there instead. Each command module sets its class to this
-  one, so the name works as a function either way.
-  """
-
-  def __call__(self, *args, **kwargs):
-    return getattr(self, self.__name__.rsplit(".", 1)[-1])(*args, **kwargs)
-
-
 def __getattr__(name):
-  if name in _LAZY:
-    import importlib
-    module, attr = _LAZY[name]
-    module = importlib.import_module(module)
-    # Importing audioclf.train binds the module to the name `train`; bind the
-    # function instead, so audioclf.train(params) works on every call.
-    value = globals()[name] = getattr(module, attr) if attr else module
-    return value
+  if name in _API:
+    return getattr(importlib.import_module(_API[name]), name)
   raise AttributeError(f"module 'audioclf' has no attribute {name!r}")
 
 
-__all__ = ["Params", *_LAZY]
+__all__ = ["Params", *_API]

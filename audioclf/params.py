@@ -103,11 +103,11 @@ class Params:
   # several workers, else one device) or "mirrored" (every GPU of this host,
   # or its logical CPUs).
   strategy: str = "auto"
-  # grpc://host:port of a tf.data service dispatcher (python -m audioclf.service):
+  # grpc://host:port of a tf.data service dispatcher (python -m audioclf service):
   # training batches come from its workers. None: from this host's pipeline.
   data_service: Optional[str] = None
 
-  # --- Hyperparameter search (python -m audioclf.tune).
+  # --- Hyperparameter search (python -m audioclf tune).
   tuner: str = "random"  # "random" | "hyperband" | "bayesian"
   max_trials: int = 10
   tune_dir: Optional[str] = None  # keras-tuner project; None: <model_dir>/tune.
@@ -371,3 +371,19 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):
     yield (f"--prefetch_device={p.prefetch_device}: must be auto, none or a device name such as "
            "/gpu:0")
+
+
+def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None:
+  """Writes `params` as an absl flagfile that `--flagfile=` reads back to equal Params."""
+  lines = [f"# {line}" for line in (header or "").splitlines()]
+  defaults = Params()
+  for field in dataclasses.fields(Params):
+    value = getattr(params, field.name)
+    if value is None or value == getattr(defaults, field.name):
+      continue
+    if isinstance(value, bool):
+      lines.append(f"--{field.name}" if value else f"--no{field.name}")
+    else:
+      lines.append(f"--{field.name}={flag_value(value)}")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")

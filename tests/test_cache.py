@@ -14,7 +14,8 @@ import pytest
 import soundfile as sf
 
 import audioclf
-from audioclf import cache
+from audioclf.data import fill as fill_lib
+from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
 
 
@@ -28,7 +29,7 @@ def params_for(tmp_path, ext="wav", **kw):
 
 
 def markers(params):
-  return glob.glob(os.path.join(cache.Store.for_params(params).splits_dir, "*.json"))
+  return glob.glob(os.path.join(store_lib.Store.for_params(params).splits_dir, "*.json"))
 
 
 def eval_waveforms(params, split=None):
@@ -50,21 +51,21 @@ def run_python(code, *args, wait=True):
 
 FILL = """
 import sys, audioclf
-from audioclf import cache
+from audioclf.data import fill as fill_lib
 p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=4,
                     validation_percent=float(sys.argv[3]), testing_percent=0)
 n = sum(int(y.shape[0]) for _, y in audioclf.input_fn(p, "eval"))
-print(n, cache.decode_count())
+print(n, fill_lib.decode_count())
 """
 
 
 def test_second_call_and_second_process_decode_nothing(tmp_path):
   params = params_for(tmp_path)
   cold = eval_waveforms(params)
-  assert cache.decode_count() >= len(cold) and len(markers(params)) == 1
-  before = cache.decode_count()
+  assert fill_lib.decode_count() >= len(cold) and len(markers(params)) == 1
+  before = fill_lib.decode_count()
   np.testing.assert_array_equal(eval_waveforms(params), cold)
-  assert cache.decode_count() == before
+  assert fill_lib.decode_count() == before
   params = params.replace(testing_percent=0)
   cold = eval_waveforms(params)
   n, decoded = run_python(FILL, params.data_dir, params.cache_dir, 10).split()
@@ -81,13 +82,13 @@ def test_every_split_is_cached(tmp_path):
   # batch: the prefetch may already have run through the 14-file epoch.)
   for _ in audioclf.input_fn(params, "train").take(20):
     pass
-  cache.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
+  store_lib.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
   assert len(markers(params)) == 3
 
 
 def test_prefill_command_fills_every_split_and_counts_its_decodes(tmp_path):
   params = params_for(tmp_path, validation_percent=30, testing_percent=30)
-  cmd = [sys.executable, "-m", "audioclf.cache", f"--data_dir={params.data_dir}",
+  cmd = [sys.executable, "-m", "audioclf", "cache", f"--data_dir={params.data_dir}",
          f"--cache_dir={params.cache_dir}", "--validation_percent=30", "--testing_percent=30"]
   reports = []
   for _ in range(2):
@@ -108,11 +109,11 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
   cold = eval_waveforms(params)
   victim = sorted(glob.glob(os.path.join(params.data_dir, "mid", "*." + ext)))[0]
   sf.write(victim, tone(3000.0, 0.5, 16000, seed=99), 16000, subtype="PCM_16")
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   warm = eval_waveforms(params)
   # FLAC: the changed file only, the other entries are reused. WAV: the split
   # is read again from source, which costs what reading entries would.
-  assert cache.decode_count() - before == (1 if ext == "flac" else 36)
+  assert fill_lib.decode_count() - before == (1 if ext == "flac" else 36)
   changed = [i for i in range(len(cold)) if not np.array_equal(cold[i], warm[i])]
   assert len(changed) == 1
   want = sf.read(victim, dtype="float32")[0]
@@ -122,16 +123,16 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
 
 def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tmp_path):
   params = params_for(tmp_path, "flac", validation_percent=99.9, testing_percent=0)
-  entries = os.path.join(cache.Store.for_params(params).entries_dir, "*", "*.f32")
-  before = cache.decode_count()
+  entries = os.path.join(store_lib.Store.for_params(params).entries_dir, "*", "*.f32")
+  before = fill_lib.decode_count()
   validation = eval_waveforms(params)
-  assert cache.decode_count() - before == 36
+  assert fill_lib.decode_count() - before == 36
   assert not glob.glob(entries)  # The split holds the clips once; no second copy.
   # A new split of some of the same files (another split percentage) decodes nothing.
   half = params.replace(validation_percent=50)
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   got = eval_waveforms(half)
-  assert cache.decode_count() == before
+  assert fill_lib.decode_count() == before
   assert len(markers(params)) == 2
   want = eval_waveforms(half.replace(cache_dir=str(tmp_path / "fresh")))
   assert 0 < len(want) < len(validation)
@@ -141,10 +142,10 @@ def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tm
 def test_a_new_decode_parameter_gets_a_new_cache(tmp_path):
   params = params_for(tmp_path)
   eval_waveforms(params)
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   resampled = eval_waveforms(params.replace(sample_rate=8000, fmax=3800.0))
   assert resampled.shape[1] == 8000
-  assert cache.decode_count() - before == len(resampled)
+  assert fill_lib.decode_count() - before == len(resampled)
   assert len(os.listdir(params.cache_dir)) == 2
 
 
@@ -163,11 +164,11 @@ def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
   proc = run_python(KILLED, params.data_dir, params.cache_dir, wait=False)
   proc.wait(timeout=120)
   assert proc.returncode == -signal.SIGKILL
-  written = glob.glob(os.path.join(cache.Store.for_params(params).entries_dir, "*", "*.f32"))
+  written = glob.glob(os.path.join(store_lib.Store.for_params(params).entries_dir, "*", "*.f32"))
   assert 0 < len(written) < 36 and not markers(params)
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   got = eval_waveforms(params)
-  assert cache.decode_count() - before == 36 - len(written)  # It picks up where the kill left off.
+  assert fill_lib.decode_count() - before == 36 - len(written)  # It picks up where the kill left off.
   ref = eval_waveforms(params.replace(cache_dir=str(tmp_path / "fresh")))
   np.testing.assert_array_equal(got, ref)
   assert len(markers(params)) == 1
@@ -187,9 +188,10 @@ def test_two_processes_filling_one_cache_both_succeed(tmp_path):
 
 ONE_EPOCH = """
 import sys, audioclf
+from audioclf.data import manifest as manifest_lib
 p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=int(sys.argv[3]),
                     validation_percent=0, testing_percent=0)
-n = len(audioclf.manifest.load(p).split("train"))
+n = len(manifest_lib.load(p).split("train"))
 for _ in audioclf.input_fn(p, "train").take(n // p.batch_size):  # One epoch of steps.
   pass
 print(n)
@@ -200,25 +202,25 @@ def test_a_run_of_exactly_one_epoch_leaves_a_complete_cache(tmp_path):
   params = params_for(tmp_path, validation_percent=0, testing_percent=0)
   assert int(run_python(ONE_EPOCH, params.data_dir, params.cache_dir, 5)) % 5 != 0
   assert len(markers(params)) == 1  # 36 files, 7 batches of 5: the dropped tail was stored too.
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   for _ in audioclf.input_fn(params.replace(batch_size=5), "train").take(10):
     pass
-  assert cache.decode_count() == before
+  assert fill_lib.decode_count() == before
 
 
 def test_warm_dataset_starts_without_refilling_a_waveform_buffer(tmp_path):
   params = params_for(tmp_path)
   for _ in audioclf.input_fn(params, "train").take(12):
     pass
-  cache.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
-  before = cache.decode_count()
+  store_lib.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
+  before = fill_lib.decode_count()
   ds = audioclf.input_fn(params, "train")
   start = time.perf_counter()
   next(iter(ds))
   first = time.perf_counter() - start
   # Not a speed test: a buffer of decoded waveforms would read all 24 train files first.
   assert first < 5.0
-  assert cache.decode_count() == before
+  assert fill_lib.decode_count() == before
 
 
 @pytest.mark.parametrize("dtype", ["<i2", "<f4"])
@@ -259,14 +261,14 @@ def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path)
   for path in glob.glob(os.path.join(params.cache_dir, "**", "*"), recursive=True):
     os.utime(path, (week_ago, week_ago))
   validation = eval_waveforms(params)  # Warm: marks the validation split as used now.
-  report = cache.prune(params.cache_dir, days=3)
+  report = store_lib.prune(params.cache_dir, days=3)
   assert report["kept_splits"] == 1
   assert report["removed_files"] == 4  # The test split's marker, data, index and keys.
   assert len(markers(params)) == 1
-  decoded = cache.decode_count()
+  decoded = fill_lib.decode_count()
   np.testing.assert_array_equal(eval_waveforms(params), validation)  # Still warm.
-  assert cache.decode_count() == decoded
+  assert fill_lib.decode_count() == decoded
   eval_waveforms(params, split="test")  # Refilled from the source files.
-  assert cache.decode_count() > decoded
-  assert cache.prune(params.cache_dir, days=3) == {
+  assert fill_lib.decode_count() > decoded
+  assert store_lib.prune(params.cache_dir, days=3) == {
       "removed_files": 0, "freed_bytes": 0, "kept_splits": 2}

@@ -9,7 +9,10 @@ import pytest
 import soundfile as sf
 import tensorflow as tf
 
-from audioclf import cli, decode, manifest, model_dir
+from audioclf.commands import cli
+from audioclf.data import decode
+from audioclf.data import manifest
+from audioclf.model import model_dir
 from audioclf.params import ParamError
 from conftest import tone
 
@@ -40,13 +43,13 @@ def test_user_errors_become_one_line_and_others_keep_their_traceback(error, line
 
 
 def run_command(verb, *args, **env):
-  """`python -m audioclf.<verb> args` -> (returncode, stderr); fails the test if it does not end."""
+  """`python -m audioclf <verb> args` -> (returncode, stderr); fails the test if it does not end."""
   try:
-    proc = subprocess.run([sys.executable, "-m", f"audioclf.{verb}", *args], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env),
                           capture_output=True, text=True, timeout=300)
   except subprocess.TimeoutExpired as e:
-    pytest.fail(f"python -m audioclf.{verb} did not end in {e.timeout} s: {e.stderr!r:.3000}")
+    pytest.fail(f"python -m audioclf {verb} did not end in {e.timeout} s: {e.stderr!r:.3000}")
   return proc.returncode, proc.stderr
 
 

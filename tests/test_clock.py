@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf.clock import StepClock, training_clock
+from audioclf.engines.clock import StepClock, training_clock
 from audioclf.compat import keras
 from audioclf.engines import keras_loop
-from audioclf.stall import StallMeter
+from audioclf.engines.stall import StallMeter
 
 
 def _steps(clock, seconds):

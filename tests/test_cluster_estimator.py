@@ -1,4 +1,4 @@
-"""The Estimator's chief/worker/ps/evaluator cluster on loopback, started by audioclf.launch."""
+"""The Estimator's chief/worker/ps/evaluator cluster on loopback, started by `audioclf launch`."""
 
 import json
 import os
@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from audioclf import Params, cli
+from audioclf import Params
+from audioclf import params as params_lib
 
 pytestmark = pytest.mark.legacy_only  # The Estimator engine.
 
@@ -19,9 +20,9 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
   params = tone_params.replace(engine="estimator", model_dir=str(tmp_path / "model"),
                                train_steps=300, eval_every_steps=100, log_every_steps=100)
   flagfile = str(tmp_path / "run.flags")
-  cli.to_flagfile(params, flagfile)
+  params_lib.to_flagfile(params, flagfile)
   run = subprocess.run(
-      [sys.executable, "-m", "audioclf.launch", "--workers=2", "--ps=1", "--evaluator", "--",
+      [sys.executable, "-m", "audioclf", "launch", "--workers=2", "--ps=1", "--evaluator", "--",
        f"--flagfile={flagfile}"], capture_output=True, text=True, timeout=420)
   assert run.returncode == 0, run.stderr[-3000:]
   summary = json.loads(run.stdout.strip().splitlines()[-1])

@@ -12,7 +12,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from audioclf import cli, model_dir as model_dir_lib
+from audioclf import params as params_lib
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.engines.keras_fit import evaluation_batching
 
 
@@ -51,18 +52,18 @@ def test_evaluation_batching_gives_every_replica_a_batch_and_every_clip_once(
 
 def _flagfile(params, tmp_path):
   path = str(tmp_path / "run.flags")
-  cli.to_flagfile(params, path)
+  params_lib.to_flagfile(params, path)
   return path
 
 
 def _launch(flagfile, workers=2, **kwargs):
-  return subprocess.Popen([sys.executable, "-m", "audioclf.launch", f"--workers={workers}", "--",
+  return subprocess.Popen([sys.executable, "-m", "audioclf", "launch", f"--workers={workers}", "--",
                            f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def _evaluate(model_dir, split):
-  run = subprocess.run([sys.executable, "-m", "audioclf.evaluate", f"--model_dir={model_dir}",
+  run = subprocess.run([sys.executable, "-m", "audioclf", "evaluate", f"--model_dir={model_dir}",
                         f"--split={split}"], capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   return json.loads(run.stdout.strip().splitlines()[-1])
@@ -115,8 +116,10 @@ MIRRORED = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 3)
     import audioclf
-    from audioclf import Params, compat, manifest as manifest_lib, model_dir as model_dir_lib
-    from audioclf import pipeline
+    from audioclf import Params, compat
+    from audioclf.data import manifest as manifest_lib
+    from audioclf.model import model_dir as model_dir_lib
+    from audioclf.data import pipeline
     from audioclf.engines import keras_fit
     params = Params.from_json(sys.argv[1])
     metrics = audioclf.train(params)

@@ -9,7 +9,8 @@ import soxr
 import tensorflow as tf
 
 import audioclf
-from audioclf import cache, decode
+from audioclf.data import fill as fill_lib
+from audioclf.data import decode
 from conftest import tone
 
 FORMATS = [  # (extension, soundfile format, subtype, endian)
@@ -149,9 +150,9 @@ def test_bad_file_is_skipped_logged_and_counted(tmp_path, bad_name, caplog):
   assert len(cold) == 6  # The six good files, not the bad one.
   assert any(bad_name in r.getMessage() and "skipping" in r.getMessage() for r in caplog.records)
   assert any("skipped 1 bad files of 7" in r.getMessage() for r in caplog.records)
-  decoded = cache.decode_count()
+  decoded = fill_lib.decode_count()
   np.testing.assert_array_equal(eval_waveforms(params), cold)  # Warm: same six, no decoding.
-  assert cache.decode_count() == decoded
+  assert fill_lib.decode_count() == decoded
   train = audioclf.input_fn(params, "train", split="validation")  # Same split: warm, still skipped.
   assert sum(int(y.shape[0]) for _, y in train.take(9)) == 18
 

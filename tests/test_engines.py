@@ -11,7 +11,10 @@ import pytest
 import tensorflow as tf
 
 import audioclf
-from audioclf import Params, cli, compat, manifest as manifest_lib, model_dir as model_dir_lib
+from audioclf import Params, compat
+from audioclf import params as params_lib
+from audioclf.data import manifest as manifest_lib
+from audioclf.model import model_dir as model_dir_lib
 from conftest import ENGINES, TRAIN_STEPS, write_tone_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -154,7 +157,7 @@ def test_estimator_engine_says_which_stack_it_needs(tmp_path):
 @pytest.mark.current_only
 def test_estimator_engine_on_the_current_stack_ends_the_command_in_one_line(tmp_path):
   proc = subprocess.run(
-      [sys.executable, "-m", "audioclf.train", "--engine=estimator",
+      [sys.executable, "-m", "audioclf", "train", "--engine=estimator",
        f"--data_dir={tmp_path / 'missing'}", f"--model_dir={tmp_path / 'm'}"],
       cwd=ROOT, capture_output=True, text=True, timeout=300,
       env={k: v for k, v in os.environ.items() if k != "AUDIOCLF_TRACEBACK"})
@@ -194,12 +197,13 @@ def test_params_json_records_the_stack(trained, tmp_path):
 
 
 def test_other_stacks_model_dir_names_what_to_run(trained, tmp_path):
-  from audioclf import evaluate, export  # pylint: disable=g-import-not-at-top
+  from audioclf.deploy.evaluate import evaluate  # pylint: disable=g-import-not-at-top
+  from audioclf.deploy.export import export  # pylint: disable=g-import-not-at-top
   params, _ = trained("keras")
   model_dir = str(tmp_path / "model")
   shutil.copytree(params.model_dir, model_dir)
   _as_other_stack(model_dir)
-  want = (rf"written by the legacy stack .*python -m audioclf.migrate "
+  want = (rf"written by the legacy stack .*python -m audioclf migrate "
           rf"--from_model_dir={model_dir} --to_model_dir={model_dir}-keras3" if compat.KERAS3 else
           r"written by the current stack .*AUDIOCLF_STACK=current")
   for command in (lambda: audioclf.train(params.replace(model_dir=model_dir, train_steps=50)),
@@ -216,10 +220,10 @@ def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path, 
   flagfile = str(tmp_path / "tiny.flags")
   params = tone_params.replace(model="ds_cnn", train_steps=6, eval_every_steps=3,
                                model_dir=str(tmp_path / "model"))
-  cli.to_flagfile(params, flagfile, header="python -m audioclf.train --flagfile=tiny.flags")
+  params_lib.to_flagfile(params, flagfile, header="python -m audioclf train --flagfile=tiny.flags")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run(
-      [sys.executable, "-m", "audioclf.train", f"--flagfile={flagfile}", f"--engine={engine}"],
+      [sys.executable, "-m", "audioclf", "train", f"--flagfile={flagfile}", f"--engine={engine}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.loads(proc.stdout.strip().splitlines()[-1])

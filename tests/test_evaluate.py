@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from audioclf import evaluate, model_dir as model_dir_lib, predict as predict_lib
-from audioclf.predict import audio_files, center_clip, predict
+from audioclf.data import manifest as manifest_lib
+from audioclf.deploy.evaluate import evaluate
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.deploy import predict as predict_lib
+from audioclf.deploy.predict import audio_files, center_clip, predict
 from conftest import ENGINES, ESTIMATOR_ELSE_KERAS, tone, write_tone_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,12 +115,13 @@ def test_evaluate_and_predict_command_lines(trained, tmp_path, engine):
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()
 
-  last = json.loads(run("audioclf.evaluate", f"--model_dir={params.model_dir}", "--split=test")[-1])
+  last = json.loads(run("audioclf", "evaluate", f"--model_dir={params.model_dir}", "--split=test")[-1])
   assert last["accuracy"] == pytest.approx(metrics["test_accuracy"])
   clip = str(tmp_path / "clip.wav")
   sf.write(clip, tone(1452.0, 0.5, params.sample_rate), params.sample_rate)
-  lines = run("audioclf.predict", f"--model_dir={params.model_dir}", clip)
-  path, label, probability = lines[-1].split("\t")
+  lines = run("audioclf", "predict", f"--model_dir={params.model_dir}", clip)
+  path, label, probability = lines[-2].split("\t")
+  assert json.loads(lines[-1])["clips"] == 1  # Every command ends with its JSON line.
   assert (path, label) == (clip, "high")
   assert 0.0 < float(probability) <= 1.0
 
@@ -132,16 +136,16 @@ def test_evaluate_needs_a_checkpoint(trained, tmp_path):
 
 def test_report_rows_match_with_skipped_files_and_silence_clips(tmp_path):
   import audioclf
-  from audioclf import report as report_lib
-  from audioclf.evaluate import _decoded
+  from audioclf.deploy import report as report_lib
+  from audioclf.deploy.evaluate import _decoded
   data = write_tone_dataset(tmp_path / "data", per_label=8)
   params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=4,
                            validation_percent=50, testing_percent=0, on_bad_file="skip",
                            silence_percent=50.0)
-  examples = audioclf.manifest.load(params).split("validation")
+  examples = manifest_lib.load(params).split("validation")
   bad = next(e.path for e in examples if e.path)
   open(bad, "wb").write(b"not audio")
-  examples = audioclf.manifest.load(params).split("validation")  # Its new size and mtime.
+  examples = manifest_lib.load(params).split("validation")  # Its new size and mtime.
   delivered = sum(len(y) for _, y in audioclf.input_fn(params, "eval"))
   silence = [e for e in examples if e.virtual]
   assert silence and delivered == len(examples) - 1

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import audioclf
-from audioclf import cache
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import fill as fill_lib
 from conftest import write_tone_dataset
 
 SCRIPT = textwrap.dedent("""
@@ -57,7 +58,7 @@ def datasets(tmp_path, exts=("wav", "flac")):
 
 
 def warm_cache(data, cache_dir):
-  cache.fill(audioclf.Params(data_dir=data, cache_dir=cache_dir, validation_percent=30,
+  fill_lib.fill(audioclf.Params(data_dir=data, cache_dir=cache_dir, validation_percent=30,
                              testing_percent=0))
   return cache_dir
 
@@ -112,7 +113,7 @@ def test_ctrl_c_mid_run_ends_the_process(tmp_path):
 
 def truncate_one_per_split(folder):
   """Cuts the first file of the train and of the validation split to 300 bytes; returns them."""
-  manifest = audioclf.manifest.load(audioclf.Params(data_dir=folder, validation_percent=30,
+  manifest = manifest_lib.load(audioclf.Params(data_dir=folder, validation_percent=30,
                                                     testing_percent=0))
   victims = [manifest.split(split)[0].path for split in ("train", "validation")]
   for victim in victims:
@@ -169,6 +170,6 @@ def test_a_read_only_cache_decodes_without_writing_and_warns_once(tmp_path, capl
     evaluated = sum(int(y.shape[0]) for _, y in audioclf.input_fn(params, "eval"))
     assert os.listdir(params.cache_dir) == []
   np.testing.assert_array_equal(np.concatenate(got), np.concatenate(want))
-  assert evaluated == len(audioclf.manifest.load(params).split("validation"))
+  assert evaluated == len(manifest_lib.load(params).split("validation"))
   warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]
   assert len(warnings) == 1  # Once per process, however many input_fn calls.

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf import export, model_dir as model_dir_lib
-from audioclf import models
+from audioclf.deploy.export import export
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model import build as models
 from conftest import ENGINES, tone
 
 

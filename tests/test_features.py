@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from audioclf import Params
 from audioclf.compat import keras
-from audioclf.features import LogMelSpectrogram, SpecAugment
+from audioclf.model.features import LogMelSpectrogram, SpecAugment
 
 SR = 16000
 

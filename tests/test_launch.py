@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from audioclf import cluster as cluster_lib
+from audioclf.distributed import cluster as cluster_lib
+from audioclf.distributed import launcher
 
 # Each task prints its TF_CONFIG's task, then behaves by its type: ps tasks
 # serve until stopped (as a real ps does), the others end with the code that
@@ -36,7 +37,7 @@ TASK = textwrap.dedent("""
 def _run(cluster, monkeypatch, exits=None, evaluator=False):
   monkeypatch.setenv("EXIT", json.dumps(exits or {}))
   out, err = io.StringIO(), io.StringIO()
-  runner = cluster_lib.Cluster(cluster, [sys.executable, "-c", TASK], evaluator=evaluator,
+  runner = launcher.Cluster(cluster, [sys.executable, "-c", TASK], evaluator=evaluator,
                                out=out, err=err, stop_grace_s=5)
   start = time.monotonic()
   code = runner.run()
@@ -95,7 +96,7 @@ def test_launch_command_stops_its_tasks_on_sigterm(tmp_path):
   module.write_text(TASK)
   env = dict(os.environ, PIDS=str(pids), EXIT=json.dumps({"worker:0": "hang", "worker:1": "hang"}),
              PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-  launcher = subprocess.Popen([sys.executable, "-m", "audioclf.launch", "--workers=2",
+  launcher = subprocess.Popen([sys.executable, "-m", "audioclf", "launch", "--workers=2",
                                "--module=hanging_task"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
   try:

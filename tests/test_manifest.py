@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from audioclf import manifest
+from audioclf.data import manifest
 from audioclf.params import Params
 from conftest import write_tone_dataset
 

@@ -8,7 +8,6 @@ well, one test also trains a fresh legacy model_dir through it.
 """
 
 import glob
-import importlib
 import json
 import os
 import shutil
@@ -21,13 +20,14 @@ import tensorflow as tf
 
 import audioclf
 from audioclf import Params
-from audioclf import cache
-from audioclf import model_dir as model_dir_lib
-from audioclf import predict as predict_lib
+from audioclf.data import fill as fill_lib
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.deploy import predict as predict_lib
+from audioclf.migration import parity
+from audioclf.migration.checkpoint import MigrationError
+from audioclf.migration.migrate import migrate
 from conftest import tone, write_tone_dataset
 
-# The module: `audioclf.migrate` is also the command's function.
-migrate_lib = importlib.import_module("audioclf.migrate")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "legacy")
@@ -41,7 +41,7 @@ def tone_data(tmp_path_factory):
   root = tmp_path_factory.mktemp("migrate_data")
   data = {"data_dir": write_tone_dataset(root / "data"), "cache_dir": str(root / "cache")}
   # Filled once here, so no test pays for decoding the clips.
-  cache.fill(Params(clip_seconds=0.5, validation_percent=25, testing_percent=25, **data))
+  fill_lib.fill(Params(clip_seconds=0.5, validation_percent=25, testing_percent=25, **data))
   return data
 
 
@@ -53,7 +53,7 @@ def _fixture(engine):
 @pytest.mark.parametrize("engine", FIXTURE_ENGINES)
 def test_migrated_model_predicts_what_the_legacy_one_did(engine, tmp_path, tone_data):
   to = str(tmp_path / "migrated")
-  record = migrate_lib.migrate(_fixture(engine), to)
+  record = migrate(_fixture(engine), to)
   assert record["steps"] == LEGACY_STEPS
   assert record["from_engine"] == engine
   assert record["weights"] == 17  # 3 convs, 3 batch norms (4 each), the dense kernel and bias.
@@ -94,7 +94,7 @@ def test_training_continues_with_the_carried_optimizer(engine, tmp_path, tone_da
   runs = {}
   for carry in (True, False):
     to = str(tmp_path / f"carry_{carry}")
-    migrate_lib.migrate(_fixture(engine), to, carry_optimizer_state=carry)
+    migrate(_fixture(engine), to, carry_optimizer_state=carry)
     params = model_dir_lib.read_params(to).replace(
         **tone_data, train_steps=LEGACY_STEPS + more, eval_every_steps=1, log_every_steps=1)
     before = audioclf.evaluate(to, "validation", params)["loss"]
@@ -141,9 +141,9 @@ def _weight_distance(model_dir, step_a, step_b):
 @pytest.mark.current_only
 def test_parity_report_from_saved_legacy_probabilities(tmp_path):
   to = str(tmp_path / "migrated")
-  migrate_lib.migrate(_fixture("estimator"), to)
+  migrate(_fixture("estimator"), to)
   params = model_dir_lib.read_params(to).replace(data_dir=os.path.join(FIXTURES, "clips"))
-  report = migrate_lib.parity_report(
+  report = parity.parity_report(
       _fixture("estimator"), to, params,
       probabilities_file=os.path.join(FIXTURES, "estimator_probabilities.npz"))
   assert report["clips"] == 3
@@ -151,7 +151,7 @@ def test_parity_report_from_saved_legacy_probabilities(tmp_path):
   assert report["legacy_per_class"] == report["migrated_per_class"]
   assert set(report["legacy_per_class"]) == {"high", "low", "mid"}
   assert report["same_prediction"] == 1.0
-  table = migrate_lib.report_table(report)
+  table = parity.report_table(report)
   assert "mid" in table and "max |p_legacy - p_migrated|" in table
 
 
@@ -159,7 +159,7 @@ def test_parity_report_from_saved_legacy_probabilities(tmp_path):
 def test_migrate_command_line_prints_the_report_and_json_last(tmp_path):
   to = str(tmp_path / "migrated")
   proc = subprocess.run(
-      [sys.executable, "-m", "audioclf.migrate", f"--from_model_dir={_fixture('keras')}",
+      [sys.executable, "-m", "audioclf", "migrate", f"--from_model_dir={_fixture('keras')}",
        f"--to_model_dir={to}", "--report",
        f"--legacy_probabilities={os.path.join(FIXTURES, 'keras_probabilities.npz')}",
        f"--data_dir={os.path.join(FIXTURES, 'clips')}"],
@@ -187,31 +187,31 @@ def test_refuses_what_it_cannot_migrate(tmp_path):
         json.dump(values, f)
     return dst
 
-  with pytest.raises(migrate_lib.MigrationError, match="not a folder"):
-    migrate_lib.migrate(str(tmp_path / "nowhere"), str(tmp_path / "to0"))
-  with pytest.raises(migrate_lib.MigrationError, match="holds no params.json"):
-    migrate_lib.migrate(os.path.join(FIXTURES, "clips"), str(tmp_path / "to1"))
+  with pytest.raises(MigrationError, match="not a folder"):
+    migrate(str(tmp_path / "nowhere"), str(tmp_path / "to0"))
+  with pytest.raises(MigrationError, match="holds no params.json"):
+    migrate(os.path.join(FIXTURES, "clips"), str(tmp_path / "to1"))
   no_checkpoint = copy("no_checkpoint")
   for path in glob.glob(os.path.join(no_checkpoint, "model.ckpt-*")):
     os.remove(path)
-  with pytest.raises(migrate_lib.MigrationError, match="holds no checkpoint"):
-    migrate_lib.migrate(no_checkpoint, str(tmp_path / "to2"))
-  with pytest.raises(migrate_lib.MigrationError,
+  with pytest.raises(MigrationError, match="holds no checkpoint"):
+    migrate(no_checkpoint, str(tmp_path / "to2"))
+  with pytest.raises(MigrationError,
                      match=r"block0_conv/kernel is \[3, 3, 1, 8\] in the checkpoint but "
                            r"\[3, 3, 1, 16\]"):
-    migrate_lib.migrate(copy("wider", width=16), str(tmp_path / "to3"))
-  with pytest.raises(migrate_lib.MigrationError, match="layers with weights"):
-    migrate_lib.migrate(copy("other_model", model="ds_cnn"), str(tmp_path / "to4"))
+    migrate(copy("wider", width=16), str(tmp_path / "to3"))
+  with pytest.raises(MigrationError, match="layers with weights"):
+    migrate(copy("other_model", model="ds_cnn"), str(tmp_path / "to4"))
   target = tmp_path / "not_empty"
   target.mkdir()
   (target / "keep.txt").write_text("mine")
-  with pytest.raises(migrate_lib.MigrationError, match="not empty"):
-    migrate_lib.migrate(_fixture("keras"), str(target))
+  with pytest.raises(MigrationError, match="not empty"):
+    migrate(_fixture("keras"), str(target))
   assert os.listdir(target) == ["keep.txt"]
   migrated = str(tmp_path / "migrated")
-  migrate_lib.migrate(_fixture("keras"), migrated)
-  with pytest.raises(migrate_lib.MigrationError, match="needs no migration"):
-    migrate_lib.migrate(migrated, str(tmp_path / "to5"))
+  migrate(_fixture("keras"), migrated)
+  with pytest.raises(MigrationError, match="needs no migration"):
+    migrate(migrated, str(tmp_path / "to5"))
   # Nothing half-written was left beside the targets.
   assert not glob.glob(str(tmp_path / ".migrate-*"))
 
@@ -223,13 +223,13 @@ def test_a_moved_estimator_model_dir_migrates(tmp_path):
   shutil.copytree(_fixture("estimator"), moved)
   with open(os.path.join(moved, "checkpoint"), "w") as f:
     f.write('model_checkpoint_path: "/gone/elsewhere/model.ckpt-30"\n')
-  assert migrate_lib.migrate(moved, str(tmp_path / "to"))["checkpoint"] == "model.ckpt-30"
+  assert migrate(moved, str(tmp_path / "to"))["checkpoint"] == "model.ckpt-30"
 
 
 @pytest.mark.legacy_only
 def test_migrate_refuses_to_run_on_the_legacy_stack(tmp_path):
-  with pytest.raises(migrate_lib.MigrationError, match="current stack"):
-    migrate_lib.migrate(_fixture("keras"), str(tmp_path / "to"))
+  with pytest.raises(MigrationError, match="current stack"):
+    migrate(_fixture("keras"), str(tmp_path / "to"))
 
 
 # One training step of a model_dir's model, resumed as the Keras engine resumes, on the batch in
@@ -240,7 +240,8 @@ _ONE_STEP = """
 import sys
 import numpy as np
 import tensorflow as tf
-from audioclf import model_dir as model_dir_lib, models
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model import build as models
 model_dir, batch, out = sys.argv[1:]
 params = model_dir_lib.read_params(model_dir).replace(dropout=0.0)
 model = models.compile_model(models.build_model(params, len(model_dir_lib.read_labels(model_dir))),
@@ -270,7 +271,7 @@ def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_pa
   each slot to its own weight gives the legacy stack's next step. A fresh
   optimizer's step, the control, lands elsewhere.
   """
-  python = migrate_lib.legacy_python()
+  python = parity.legacy_python()
   if not python:
     pytest.skip("no legacy stack's Python (.venv-legacy, or $AUDIOCLF_LEGACY_PYTHON) to take "
                 "the legacy step")
@@ -291,7 +292,7 @@ def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_pa
   shutil.copytree(_fixture(engine), legacy_dir)  # Keras 2 restores from a writable copy.
   legacy = step(python, legacy_dir, "legacy")
   for carry in (True, False):
-    migrate_lib.migrate(_fixture(engine), str(tmp_path / f"carry_{carry}"),
+    migrate(_fixture(engine), str(tmp_path / f"carry_{carry}"),
                         carry_optimizer_state=carry)
   carried = step(sys.executable, str(tmp_path / "carry_True"), "carried")
   fresh = step(sys.executable, str(tmp_path / "carry_False"), "fresh")
@@ -306,7 +307,7 @@ def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_pa
 @pytest.mark.current_only
 def test_fresh_legacy_run_migrates_with_a_report_from_the_legacy_stack(tmp_path, tone_data):
   """Trains on the legacy Python, migrates here with --report running it again, continues."""
-  python = migrate_lib.legacy_python()
+  python = parity.legacy_python()
   if not python:
     pytest.skip("no legacy stack's Python (.venv-legacy, or $AUDIOCLF_LEGACY_PYTHON): the "
                 "committed fixtures test migration instead")
@@ -322,15 +323,15 @@ def test_fresh_legacy_run_migrates_with_a_report_from_the_legacy_stack(tmp_path,
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
-  trained = run([python, "-m", "audioclf.train", "--engine=estimator", f"--model_dir={legacy_dir}",
+  trained = run([python, "-m", "audioclf", "train", "--engine=estimator", f"--model_dir={legacy_dir}",
                  "--train_steps=20", "--eval_every_steps=20", *data, *common])
   assert trained["steps"] == 20
-  migrated = run([sys.executable, "-m", "audioclf.migrate", f"--from_model_dir={legacy_dir}",
+  migrated = run([sys.executable, "-m", "audioclf", "migrate", f"--from_model_dir={legacy_dir}",
                   f"--to_model_dir={to}", "--report", f"--legacy_python={python}", *data])
   assert migrated["steps"] == 20 and migrated["optimizer_state"] == "carried"
   report = migrated["report"]
   assert report["max_abs_difference"] <= 1e-5
   assert report["migrated_accuracy"] == report["legacy_accuracy"]
-  assert os.path.isfile(os.path.join(to, migrate_lib.LEGACY_PROBABILITIES_FILE))
+  assert os.path.isfile(os.path.join(to, parity.LEGACY_PROBABILITIES_FILE))
   params = model_dir_lib.read_params(to).replace(train_steps=25)
   assert audioclf.train(params)["steps"] == 25

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import audioclf
-from audioclf import Params, compat, models
+from audioclf import Params, compat
+from audioclf.model import build as models
 from audioclf.compat import keras
 
 PARAMS = Params(sample_rate=8000, clip_seconds=0.5, width=8, n_mels=20)

@@ -9,7 +9,8 @@ import soundfile as sf
 import tensorflow as tf
 
 import audioclf
-from audioclf import decode, manifest as manifest_lib
+from audioclf.data import decode
+from audioclf.data import manifest as manifest_lib
 from audioclf.data import fill as fill_lib
 from audioclf.data import noise as noise_lib
 from conftest import write_tone_dataset
@@ -80,7 +81,7 @@ def test_same_seed_same_batches_cold_and_warm_and_decoded_once(noisy):
   cold = _batches(noisy, steps=6)  # Past the first epoch: the cold pass, then its warm cut.
   # 2 recordings + 30 training files, each decoded (or read from source) once.
   decoded = fill_lib.decode_count() - before
-  train_files = len(audioclf.manifest.load(noisy).split("train"))
+  train_files = len(manifest_lib.load(noisy).split("train"))
   assert decoded == 2 + train_files
   warm = _batches(noisy, steps=6)
   assert fill_lib.decode_count() - before == decoded  # Nothing decoded again.
@@ -139,7 +140,7 @@ def test_without_recordings_white_noise_remains(noisy):
 def test_unknown_and_silence_classes_through_input_fn(noisy):
   params = noisy.replace(wanted_words=("a", "b"), unknown_percent=50.0, silence_percent=25.0,
                          noise_prob=0.0, validation_percent=30)
-  m = audioclf.manifest.load(params)
+  m = manifest_lib.load(params)
   assert m.labels == ("_silence_", "_unknown_", "a", "b")
   silence = m.label_id("_silence_")
   evals = [[(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "eval")]
@@ -165,13 +166,13 @@ def test_unknown_and_silence_classes_through_input_fn(noisy):
 
 
 def test_fill_fills_the_recordings_ahead(noisy):
-  from audioclf import cache
-  report = cache.fill(noisy)
+  from audioclf.data import fill as fill_lib
+  report = fill_lib.fill(noisy)
   assert report["noise"] == {"files": 2, "kept": 2, "decoded": 2, "was_cached": False}
   before = fill_lib.decode_count()
   _batches(noisy, steps=1)
   assert fill_lib.decode_count() == before  # Training decodes nothing: all of it is cached.
-  assert "noise" not in cache.fill(noisy.replace(noise_prob=0.0))
+  assert "noise" not in fill_lib.fill(noisy.replace(noise_prob=0.0))
 
 
 def test_a_read_only_cache_mixes_the_same_noise(noisy, tmp_path):

@@ -12,7 +12,7 @@ import sys
 import pytest
 from absl import flags
 
-from audioclf import cli
+from audioclf.commands import flags as command_flags
 from audioclf import params as params_lib
 from audioclf.params import ParamError, Params
 
@@ -128,20 +128,20 @@ def test_list_fields_read_lists_strings_and_json_alike():
 
 def test_list_fields_through_flags_and_flagfile(tmp_path):
   flag_values = flags.FlagValues()
-  cli.define_flags(flag_values)
+  command_flags.define_flags(flag_values)
   flag_values(["prog", "--wanted_words=yes,no", "--noise_snr_db=-5,10", "--unknown_percent=10",
                "--silence_percent=10"])
-  p = cli.params_from_flags(flag_values)
+  p = command_flags.params_from_flags(flag_values)
   assert (p.wanted_words, p.noise_snr_db) == (("yes", "no"), (-5.0, 10.0))
-  cli.to_flagfile(p, str(tmp_path / "p.flags"))
+  params_lib.to_flagfile(p, str(tmp_path / "p.flags"))
   again = flags.FlagValues()
-  cli.define_flags(again)
+  command_flags.define_flags(again)
   again(["prog", f"--flagfile={tmp_path / 'p.flags'}"])
-  assert cli.params_from_flags(again) == p
+  assert command_flags.params_from_flags(again) == p
   old = flags.FlagValues()
-  cli.define_flags(old)
+  command_flags.define_flags(old)
   old(["prog", "--noise_snr_db=20"])  # As flags/speech_commands.flags long said.
-  assert cli.params_from_flags(old).noise_snr_db == (20.0, 20.0)
+  assert command_flags.params_from_flags(old).noise_snr_db == (20.0, 20.0)
 
 
 def test_a_param_error_is_a_value_error():
@@ -150,7 +150,7 @@ def test_a_param_error_is_a_value_error():
 
 def test_params_import_no_tensorflow():
   # The check runs before anything heavy is loaded: a fresh interpreter proves it.
-  code = ("import sys, audioclf, audioclf.cli; audioclf.Params().validate(); "
+  code = ("import sys, audioclf, audioclf.commands.flags; audioclf.Params().validate(); "
           "print('tensorflow' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        cwd=ROOT)
@@ -161,21 +161,22 @@ def test_params_import_no_tensorflow():
 def test_every_preset_is_valid(flagfile, monkeypatch):
   monkeypatch.chdir(ROOT)  # Presets include each other by paths relative to the repository.
   flag_values = flags.FlagValues()
-  cli.define_flags(flag_values)
+  command_flags.define_flags(flag_values)
   flag_values(["prog", f"--flagfile={flagfile}"])
-  cli.params_from_flags(flag_values)
+  command_flags.params_from_flags(flag_values)
 
 
 def test_flags_take_any_value_and_params_refuses_it_naming_the_flag():
   flag_values = flags.FlagValues()
-  cli.define_flags(flag_values)
+  command_flags.define_flags(flag_values)
   flag_values(["prog", "--on_bad_file=ignore"])  # No absl validator: one place checks.
   with pytest.raises(ParamError, match="^--on_bad_file=ignore: must be one of fail, skip$"):
-    cli.params_from_flags(flag_values)
+    command_flags.params_from_flags(flag_values)
 
 
 def test_registries_hold_exactly_the_names_params_accepts():
-  from audioclf import engines, models
+  from audioclf import engines
+  from audioclf.model import build as models
   assert set(models.MODELS) == set(params_lib.MODEL_NAMES)
   assert set(models._OPTIMIZERS) == set(params_lib.OPTIMIZER_NAMES)  # pylint: disable=protected-access
   assert set(engines.ENGINES) == set(params_lib.ENGINE_NAMES)

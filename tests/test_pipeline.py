@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import audioclf
+from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
 from conftest import write_tone_dataset
 
@@ -27,7 +28,7 @@ def test_element_spec_is_as_documented(params):
 
 
 def test_eval_reads_each_example_once_in_a_fixed_order(params):
-  n = len(audioclf.manifest.load(params).split("validation"))
+  n = len(manifest_lib.load(params).split("validation"))
   runs = [[(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "eval")]
           for _ in range(2)]
   assert sum(len(y) for _, y in runs[0]) == n
@@ -38,7 +39,7 @@ def test_eval_reads_each_example_once_in_a_fixed_order(params):
 
 def test_train_shuffles_anew_each_epoch_and_covers_every_file(params):
   params = params.replace(time_shift_seconds=0.0, clip_seconds=0.5)
-  n = len(audioclf.manifest.load(params).split("train"))
+  n = len(manifest_lib.load(params).split("train"))
   params = params.replace(batch_size=n)  # A batch is an epoch.
   batches = [f["waveform"].numpy() for f, _ in audioclf.input_fn(params, "train").take(3)]
   epochs = np.concatenate(batches).reshape(3, n, -1)
@@ -68,7 +69,7 @@ def test_one_seed_gives_the_same_batches_cold_warm_resumed_and_at_any_parallelis
   params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=5,
                            validation_percent=25, testing_percent=0, noise_prob=0.5)
   assert params.time_shift_seconds > 0
-  n = len(audioclf.manifest.load(params).split("train"))
+  n = len(manifest_lib.load(params).split("train"))
   assert n % 5  # The last batch of every epoch straddles two epochs.
   steps = 3 * n // 5
   cold = batches_of(audioclf.input_fn(params, "train"), steps)
@@ -100,7 +101,7 @@ def _one_thread():
 
 
 def test_a_batch_larger_than_the_split_is_a_clear_error(params):
-  n = len(audioclf.manifest.load(params).split("train"))
+  n = len(manifest_lib.load(params).split("train"))
   with pytest.raises(ValueError, match=f"batch_size {n + 1} is larger than the 'train' split"):
     audioclf.input_fn(params.replace(batch_size=n + 1), "train")
   ds = audioclf.input_fn(params.replace(batch_size=n + 1), "eval", split="train")
@@ -108,7 +109,7 @@ def test_a_batch_larger_than_the_split_is_a_clear_error(params):
 
 
 def test_labels_match_their_folders(params):
-  labels = audioclf.manifest.load(params).labels
+  labels = manifest_lib.load(params).labels
   for f, y in audioclf.input_fn(params, "eval"):
     for wave, label in zip(f["waveform"].numpy(), y.numpy()):
       spectrum = np.abs(np.fft.rfft(wave))
@@ -185,7 +186,7 @@ def test_bad_mode_split_and_empty_split(params):
     audioclf.input_fn(params, "predict")
   with pytest.raises(ValueError, match="split must be one of"):
     audioclf.input_fn(params, "eval", split="dev")
-  with pytest.raises(audioclf.manifest.DataError, match="'test' split .* is empty"):
+  with pytest.raises(manifest_lib.DataError, match="'test' split .* is empty"):
     audioclf.input_fn(params, "eval", split="test")
 
 
@@ -221,8 +222,9 @@ def _batches(ds, n=2):
 
 
 def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params):
-  from audioclf import cache  # pylint: disable=g-import-not-at-top
-  cache.fill(params, ("train",))
+  from audioclf.data import fill as fill_lib  # pylint: disable=g-import-not-at-top
+  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
+  fill_lib.fill(params, ("train",))
   first = audioclf.input_fn(params, "train")
   assert audioclf.input_fn(params, "train") is first  # Construction saved.
   expected = _batches(first)
@@ -230,7 +232,7 @@ def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params
   assert audioclf.input_fn(params.replace(noise_prob=0.5), "train") is not first
   assert audioclf.input_fn(params, "train", seed_offset=3) is not first
   # A file whose content changed is another split: cold again, then warm.
-  manifest = audioclf.manifest.load(params)
+  manifest = manifest_lib.load(params)
   path = manifest.files("train")[0].path
   with open(path, "r+b") as f:
     f.seek(-2, 2)
@@ -239,17 +241,17 @@ def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params
     f.write(bytes([last[0] ^ 0xFF, last[1]]))
   changed = audioclf.input_fn(params, "train")
   assert changed is not first
-  cache.fill(params, ("train",))
+  fill_lib.fill(params, ("train",))
   assert audioclf.input_fn(params, "train") is not first
   # The same split filled again (another data file): built anew, the same batches.
   with open(path, "r+b") as f:
     f.seek(-2, 2)
     f.write(last)
-  store = cache.Store.for_params(params)
+  store = store_lib.Store.for_params(params)
   base = store.split_base(store.fingerprints.of(manifest.files("train")))
   import os  # pylint: disable=g-import-not-at-top
   os.remove(base + ".json")
-  cache.fill(params, ("train",))
+  fill_lib.fill(params, ("train",))
   again = audioclf.input_fn(params, "train")
   assert again is not first
   for (wa, ya), (wb, yb) in zip(expected, _batches(again)):
@@ -258,8 +260,8 @@ def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params
 
 
 def test_a_dataset_built_in_a_graph_is_never_reused(params):
-  from audioclf import cache  # pylint: disable=g-import-not-at-top
-  cache.fill(params, ("train",))
+  from audioclf.data import fill as fill_lib  # pylint: disable=g-import-not-at-top
+  fill_lib.fill(params, ("train",))
   eager = audioclf.input_fn(params, "train")
   with tf.Graph().as_default():
     in_graph = audioclf.input_fn(params, "train", seed_offset=0)

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf import evaluate, export, report
-from audioclf.evaluate import load_saved_model
+from audioclf.deploy.evaluate import evaluate
+from audioclf.deploy.export import export
+from audioclf.deploy import report
+from audioclf.deploy.evaluate import load_saved_model
 from conftest import ENGINES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -106,7 +108,7 @@ def test_files_of_matches_skipped_files():
   assert report.files_of(examples, 2, np.array([True, False, True])) == ["a", "c"]
   with pytest.raises(ValueError, match="2 examples for 3 files"):
     report.files_of(examples, 2)
-  from audioclf.manifest import Example
+  from audioclf.data.manifest import Example
   silence = Example("", "_silence_", "test", 0, 0)  # Virtual: no file.
   assert report.files_of([Example("/d/a.wav", "a", "test", 1, 1), silence], 2) == [
       "/d/a.wav", "<_silence_ 1>"]
@@ -148,7 +150,7 @@ def test_evaluate_command_line_prints_the_table_then_json(trained, tmp_path):
   path = export(params.model_dir, str(tmp_path / "export"))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   for source in (f"--model_dir={params.model_dir}", f"--saved_model={path}"):
-    proc = subprocess.run([sys.executable, "-m", "audioclf.evaluate", source, "--split=test",
+    proc = subprocess.run([sys.executable, "-m", "audioclf", "evaluate", source, "--split=test",
                            f"--report_dir={tmp_path / 'report'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

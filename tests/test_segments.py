@@ -13,8 +13,9 @@ import pytest
 import soundfile as sf
 import soxr
 
-from audioclf import decode, segments
-from audioclf.segments import find_segments
+from audioclf.data import decode
+from audioclf.deploy import segments
+from audioclf.deploy.segments import find_segments
 from conftest import tone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -233,12 +234,14 @@ def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp
   sf.write(short, np.zeros(SR // 2, np.float32), SR)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   out = tmp_path / "out.csv"
-  proc = subprocess.run([sys.executable, "-m", "audioclf.predict",
+  proc = subprocess.run([sys.executable, "-m", "audioclf", "predict",
                          f"--model_dir={params.model_dir}", "--hop_seconds=0.1",
                          "--background_labels=silence", f"--output={out}", path, short],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = [line.split("\t") for line in proc.stdout.strip().splitlines()]
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])  # Last, as every command's.
+  assert (summary["clips"], summary["long_files"], summary["output"]) == (1, 1, str(out))
   assert lines[0][:2] == [short, "silence"]  # A short file: one label, as before.
   long_lines = [line for line in lines if line[0] == path]
   heard = iter(line[3] for line in long_lines)
@@ -251,7 +254,7 @@ def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp
 
 
 def test_output_as_json(tmp_path, monkeypatch):
-  from audioclf import predict
+  from audioclf.commands import predict
   results = [{"file": "a.wav", "label": "yes", "probability": 0.9},
              {"file": "b.flac", "duration": 3.0,
               "segments": [{"start": 1.0, "end": 1.4, "label": "no", "peak": 0.8}]}]

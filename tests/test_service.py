@@ -1,4 +1,4 @@
-"""python -m audioclf.service: the dispatcher and a worker on loopback, started, filled, stopped."""
+"""python -m audioclf service: the dispatcher and a worker on loopback, started, filled, stopped."""
 
 import os
 import queue
@@ -10,7 +10,10 @@ import time
 
 import pytest
 
-from audioclf import cli, cluster, manifest as manifest_lib, pipeline
+from audioclf import params as params_lib
+from audioclf.distributed import cluster
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import pipeline
 
 
 class _Lines:
@@ -39,7 +42,7 @@ class _Lines:
 
 
 def _start(*args):
-  proc = subprocess.Popen([sys.executable, "-m", "audioclf.service", *args, "--status_every_s=0.5"],
+  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args, "--status_every_s=0.5"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return _Lines(proc)
 
@@ -53,7 +56,7 @@ def _stop(lines):
 def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_params, tmp_path):
   params = tone_params.replace(cache_dir=str(tmp_path / "cache"))
   flagfile = str(tmp_path / "data.flags")
-  cli.to_flagfile(params, flagfile)
+  params_lib.to_flagfile(params, flagfile)
   port, worker_port = cluster.free_ports(2)
   dispatcher = _start("dispatcher", f"--port={port}")
   worker = None
@@ -78,7 +81,7 @@ def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_par
 
 
 def test_a_worker_needs_a_dispatcher(tone_params):
-  run = subprocess.run([sys.executable, "-m", "audioclf.service", "worker",
+  run = subprocess.run([sys.executable, "-m", "audioclf", "service", "worker",
                         f"--data_dir={tone_params.data_dir}"], capture_output=True, text=True,
                        timeout=120)
   assert run.returncode != 0 and "--dispatcher=host:port" in run.stderr
@@ -120,7 +123,7 @@ def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
                   validation_percent=0, testing_percent=0, clip_seconds=0.5,
                   time_shift_seconds=0, batch_size=4)
   flagfile = str(tmp_path / "data.flags")
-  cli.to_flagfile(params, flagfile)
+  params_lib.to_flagfile(params, flagfile)
   port = cluster.free_ports(1)[0]
   servers = _servers([flagfile, flagfile], port)
   try:
@@ -161,7 +164,7 @@ def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
   sf.write(os.path.join(copy, "odd", "clip003_nohash_0.wav"), np.zeros(8000, np.int16), 16000,
            subtype="PCM_16")
   flagfile = str(tmp_path / "worker.flags")
-  cli.to_flagfile(params.replace(data_dir=copy), flagfile)
+  params_lib.to_flagfile(params.replace(data_dir=copy), flagfile)
   port = cluster.free_ports(1)[0]
   servers = _servers([flagfile], port)
   try:
@@ -176,7 +179,7 @@ def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
 def test_sigterm_stops_a_server_between_its_status_lines():
   # Status every 60 s (the default): the signal must not wait for the next one.
   port = cluster.free_ports(1)[0]
-  lines = _Lines(subprocess.Popen([sys.executable, "-m", "audioclf.service", "dispatcher",
+  lines = _Lines(subprocess.Popen([sys.executable, "-m", "audioclf", "service", "dispatcher",
                                    f"--port={port}"], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True))
   try:
@@ -191,7 +194,7 @@ def test_sigterm_stops_a_server_between_its_status_lines():
 
 def test_a_worker_whose_dispatcher_is_gone_still_stops(tone_params, tmp_path):
   flagfile = str(tmp_path / "data.flags")
-  cli.to_flagfile(tone_params.replace(cache_dir=str(tmp_path / "cache")), flagfile)
+  params_lib.to_flagfile(tone_params.replace(cache_dir=str(tmp_path / "cache")), flagfile)
   port, worker_port = cluster.free_ports(2)
   dispatcher = _start("dispatcher", f"--port={port}")
   worker = None

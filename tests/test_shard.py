@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from audioclf import manifest as manifest_lib, pipeline
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import pipeline
 from audioclf.data import sampler as sampler_lib
 
 

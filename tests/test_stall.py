@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from audioclf.compat import keras
-from audioclf.stall import EstimatorStallHook, KerasStallCallback, StallMeter
+from audioclf.engines.stall import EstimatorStallHook, KerasStallCallback, StallMeter
 
 
 def sleep_op(x, seconds):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from audioclf.compat import keras
-from audioclf.stall import EstimatorStallHook, StallMeter
+from audioclf.engines.stall import EstimatorStallHook, StallMeter
 from conftest import ENGINES, TRAIN_STEPS
 
 TAG = "input/stall_fraction"

@@ -13,7 +13,9 @@ import pytest
 import soundfile as sf
 
 import audioclf
-from audioclf import cache
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import fill as fill_lib
+from audioclf.data import store as store_lib
 from audioclf.data import keys, store
 from conftest import tone, write_tone_dataset
 
@@ -32,7 +34,7 @@ def eval_waveforms(params):
 
 
 def the_split(params):
-  [marker] = glob.glob(os.path.join(cache.Store.for_params(params).splits_dir, "*.json"))
+  [marker] = glob.glob(os.path.join(store_lib.Store.for_params(params).splits_dir, "*.json"))
   return marker[:-len(".json")]
 
 
@@ -73,10 +75,10 @@ def test_a_damaged_split_is_reported_and_refilled_never_served(tmp_path, caplog,
   clean = eval_waveforms(params)
   base = the_split(params)
   DAMAGE[damage](base)
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   got = eval_waveforms(params)  # Neither wrong clips nor a traceback: the clean clips again.
   np.testing.assert_array_equal(got, clean)
-  assert cache.decode_count() - before == len(clean)  # Refilled from the source files.
+  assert fill_lib.decode_count() - before == len(clean)  # Refilled from the source files.
   assert any("is damaged" in r.getMessage() for r in caplog.records)
   store.check_files(base, open(base + ".json", "rb").read(), len(clean))  # Whole again.
   np.testing.assert_array_equal(eval_waveforms(params), clean)
@@ -88,7 +90,7 @@ def test_opening_checks_each_clip_unless_this_host_checked_these_bytes(tmp_path)
   base = the_split(params)
   fps = keys.Fingerprints()
   assert fps.checked(base + ".data")  # The fill wrote it: no need to read it back.
-  s = cache.Store.for_params(params)
+  s = store_lib.Store.for_params(params)
   os.utime(base + ".data")  # Any write through the file system moves ctime: checked again.
   assert not fps.checked(base + ".data")
   assert s.open(base, 24) is not None and fps.checked(base + ".data")
@@ -97,7 +99,7 @@ def test_opening_checks_each_clip_unless_this_host_checked_these_bytes(tmp_path)
 def test_verify_checks_every_byte_and_unmarks_a_damaged_split(tmp_path):
   params = params_for(tmp_path, "flac")
   eval_waveforms(params)
-  cmd = [sys.executable, "-m", "audioclf.cache", f"--cache_dir={params.cache_dir}", "--verify"]
+  cmd = [sys.executable, "-m", "audioclf", "cache", f"--cache_dir={params.cache_dir}", "--verify"]
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]
   report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -121,15 +123,15 @@ def test_an_edit_that_puts_the_mtime_back_is_caught(tmp_path):
   st = os.stat(victim)
   sf.write(victim, tone(3000.0, 0.5, 16000, seed=99), 16000, subtype="PCM_16")
   os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   warm = eval_waveforms(params)
-  assert cache.decode_count() - before == 1
+  assert fill_lib.decode_count() - before == 1
   assert sum(not np.array_equal(a, b) for a, b in zip(cold, warm)) == 1
 
 
 def test_an_untouched_file_is_never_read_again_to_fingerprint_it(tmp_path):
   params = params_for(tmp_path)
-  examples = audioclf.manifest.load(params).split("validation")
+  examples = manifest_lib.load(params).split("validation")
   first, second = keys.Fingerprints(), keys.Fingerprints()
   a = first.of(examples)
   b = second.of(examples)
@@ -144,16 +146,16 @@ def test_a_dataset_copied_elsewhere_matches_its_cache(tmp_path):
   cold = eval_waveforms(params)
   copy = str(tmp_path / "elsewhere" / "data")
   shutil.copytree(params.data_dir, copy, copy_function=shutil.copyfile)  # Plain cp: new mtimes.
-  before = cache.decode_count()
+  before = fill_lib.decode_count()
   np.testing.assert_array_equal(eval_waveforms(params.replace(data_dir=copy)), cold)
-  assert cache.decode_count() == before
+  assert fill_lib.decode_count() == before
 
 
 def test_a_reader_while_a_writer_is_still_filling_decodes_or_waits_never_reads_half(tmp_path):
   params = params_for(tmp_path, "flac")
   want = eval_waveforms(params.replace(cache_dir=str(tmp_path / "reference")))
-  s = cache.Store.for_params(params)
-  examples = audioclf.manifest.load(params).split("validation")
+  s = store_lib.Store.for_params(params)
+  examples = manifest_lib.load(params).split("validation")
   fingerprints = s.fingerprints.of(examples)
   from audioclf.data.fill import Fill
   writer = Fill(s, examples, fingerprints, params)

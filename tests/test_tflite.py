@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from audioclf import compat, model_dir as model_dir_lib, models, tflite
+from audioclf import compat
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model import build as models
+from audioclf.deploy import tflite
 from audioclf.compat import keras
 from conftest import ESTIMATOR_ELSE_KERAS, tone
 
@@ -79,7 +82,7 @@ def test_int8_keeps_the_front_end_float_and_the_rest_integer(exported):
 
 
 def test_banded_mel_equals_the_matrix_product():
-  from audioclf.features import LogMelSpectrogram
+  from audioclf.model.features import LogMelSpectrogram
   for sample_rate, fmax in ((16000, 7600.0), (8000, 7600.0), (22050, 11000.0)):
     config = dict(sample_rate=sample_rate, n_mels=40, fmin=20.0, fmax=fmax)
     full, banded = LogMelSpectrogram(**config), tflite.BandedLogMelSpectrogram(**config)
@@ -117,7 +120,7 @@ def test_int8_needs_calibration_and_quantize_is_checked(trained):
 def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine):
   params, _ = trained(engine)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run([sys.executable, "-m", "audioclf.export", f"--model_dir={params.model_dir}",
+  proc = subprocess.run([sys.executable, "-m", "audioclf", "export", f"--model_dir={params.model_dir}",
                          "--format=tflite", "--quantize=none", "--quantize=dynamic",
                          f"--export_dir={tmp_path}", "--calibration_clips=16"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

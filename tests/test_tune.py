@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -16,12 +15,17 @@ import types
 import pytest
 from absl import flags
 
-from audioclf import cache, cli, manifest as manifest_lib, model_dir as model_dir_lib
+from audioclf.data import fill as fill_lib
+from audioclf import params as params_lib
+from audioclf.commands import flags as command_flags
+from audioclf.data import manifest as manifest_lib
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
+from audioclf.tuning import search as tune_lib
+from audioclf.tuning import trials as trials_lib
+from audioclf.tuning import tuners as tuners_lib
 from conftest import write_tone_dataset
 
-# The module: `audioclf.tune` is the function (the package exports it lazily).
-tune_lib = importlib.import_module("audioclf.tune")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,8 +75,8 @@ def _has_tag(log_dir, tag):
 
 
 def _records(tune_dir):
-  project = os.path.join(tune_dir, tune_lib.PROJECT)
-  return {name[len("trial_"):]: json.load(open(os.path.join(project, name, tune_lib.TRIAL_RECORD)))
+  project = os.path.join(tune_dir, trials_lib.PROJECT)
+  return {name[len("trial_"):]: json.load(open(os.path.join(project, name, trials_lib.TRIAL_RECORD)))
           for name in sorted(os.listdir(project)) if name.startswith("trial_")}
 
 
@@ -104,7 +108,7 @@ def test_search_prints_table_and_writes_tensorboard_and_best_model(search):
                for _, _, files in os.walk(logs) for name in files), logs
     assert _has_tag(os.path.join(logs, "train"), "input/stall_fraction")
 
-  from audioclf.evaluate import evaluate  # pylint: disable=g-import-not-at-top
+  from audioclf.deploy.evaluate import evaluate  # pylint: disable=g-import-not-at-top
   best_model = summary["best_model"]
   assert best_model == os.path.join(params.tune_dir, "best_model")
   assert model_dir_lib.read_labels(best_model) == ["high", "low", "mid"]
@@ -120,13 +124,13 @@ def test_best_flags_round_trip_to_the_best_trials_params(search, tmp_path):
   # A trial is a training run of trial_steps, evaluated after each of its epochs.
   expected = params.replace(**summary["best_hyperparameters"], train_steps=4, eval_every_steps=2)
   flag_values = flags.FlagValues()
-  cli.define_flags(flag_values)
+  command_flags.define_flags(flag_values)
   flag_values(["train", f"--flagfile={summary['best_flags']}"])
-  assert cli.params_from_flags(flag_values) == expected
+  assert command_flags.params_from_flags(flag_values) == expected
   saved = Params.from_json(os.path.join(summary["best_model"], "params.json"))
   assert saved == expected.replace(model_dir=summary["best_model"])
 
-  from audioclf.train import train  # pylint: disable=g-import-not-at-top
+  from audioclf.engines.train import train  # pylint: disable=g-import-not-at-top
   metrics = train(expected.replace(model_dir=str(tmp_path / "retrain")))
   assert metrics["steps"] == 4
   assert os.path.isfile(tmp_path / "retrain" / "metrics.json")
@@ -147,12 +151,12 @@ def test_rerun_resumes_and_a_larger_max_trials_extends(search, tmp_path):
   assert again["best_hyperparameters"] == summary["best_hyperparameters"]
   assert os.path.getmtime(checkpoint) == 0  # The same best model, kept as it was.
 
-  decoded = cache.decode_count()
+  decoded = fill_lib.decode_count()
   more, _ = _quiet_tune(params.replace(max_trials=4))
   assert more["trials_run"] == 1 and more["trials"] == 4
   assert sorted(_records(tune_dir)) == ["0", "1", "2", "3"]
   # A fourth trial, perhaps at a new batch size or model, still reads the cache.
-  assert cache.decode_count() == decoded
+  assert fill_lib.decode_count() == decoded
   assert _records(tune_dir)["3"]["decoded"] == 0
 
 
@@ -166,8 +170,8 @@ def test_trials_leave_no_graph_behind(search):
 def test_hyperband_budget_counts_keras_tuner_schedule():
   # trial_epochs=3, factor 3: 3 trials of 1 epoch, the best continued for 2
   # more, and 2 trials of 3 epochs: 11 epochs, 11/3 full trials a sweep.
-  assert tune_lib.hyperband_iterations(Params(max_trials=11, trial_epochs=3)) == 3
-  assert tune_lib.hyperband_iterations(Params(max_trials=1, trial_epochs=3)) == 1
+  assert tuners_lib.hyperband_iterations(Params(max_trials=11, trial_epochs=3)) == 3
+  assert tuners_lib.hyperband_iterations(Params(max_trials=1, trial_epochs=3)) == 1
 
 
 def test_bad_search_settings_fail_before_reading_data(tmp_path):
@@ -184,7 +188,7 @@ def test_bad_search_settings_fail_before_reading_data(tmp_path):
 def test_hyperband_continues_promoted_trials(tmp_path):
   summary, _ = _quiet_tune(_params(tmp_path, tuner="hyperband", trial_epochs=3, max_trials=1))
   assert summary["trials"] == summary["completed"] == 6
-  project = os.path.join(summary["tune_dir"], tune_lib.PROJECT)
+  project = os.path.join(summary["tune_dir"], trials_lib.PROJECT)
   values = [json.load(open(os.path.join(project, f"trial_{i:04d}", "trial.json")))
             ["hyperparameters"]["values"] for i in range(6)]
   assert sorted(v["tuner/epochs"] for v in values) == [1, 1, 1, 3, 3, 3]
@@ -205,10 +209,10 @@ def test_bayesian_search(tmp_path):
 def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_path):
   params = _params(tmp_path, max_trials=2)
   flagfile = tmp_path / "search.flags"
-  cli.to_flagfile(params, str(flagfile))
-  command = [sys.executable, "-m", "audioclf.tune", f"--flagfile={flagfile}"]
+  params_lib.to_flagfile(params, str(flagfile))
+  command = [sys.executable, "-m", "audioclf", "tune", f"--flagfile={flagfile}"]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  project = os.path.join(params.tune_dir, tune_lib.PROJECT)
+  project = os.path.join(params.tune_dir, trials_lib.PROJECT)
 
   # Kill the search as soon as keras-tuner has recorded the second trial as started.
   with open(tmp_path / "killed.log", "w") as log:
@@ -230,7 +234,7 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
   assert open(os.path.join(project, "trial_0", "trial.json")).read() == first
   assert summary["decoded"] == 0  # The killed run had filled the cache.
 
-  done = subprocess.run([sys.executable, "-m", "audioclf.train",
+  done = subprocess.run([sys.executable, "-m", "audioclf", "train",
                          f"--flagfile={summary['best_flags']}",
                          f"--model_dir={tmp_path / 'retrain'}", "--train_steps=2"],
                         env=env, cwd=REPO, capture_output=True, text=True, check=True,

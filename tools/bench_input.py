@@ -54,7 +54,10 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import audioclf  # noqa: E402
-from audioclf import cache, cli  # noqa: E402
+from audioclf.data import manifest as manifest_lib  # noqa: E402
+from audioclf.data import fill as fill_lib  # noqa: E402
+from audioclf.data import store as store_lib  # noqa: E402
+from audioclf.commands import flags as command_flags  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
 FLAGS = flags.FLAGS
@@ -71,7 +74,7 @@ NOISE_SECONDS = 30.0
 
 
 def define_flags() -> None:
-  cli.define_flags()  # batch_size, sample_rate, clip_seconds, resample_quality, ...
+  command_flags.define_flags()  # batch_size, sample_rate, clip_seconds, resample_quality, ...
   benchdata.define_flags(PIPELINES, 4000, "1 s 16 kHz mono PCM16 WAV files to generate.")
   flags.DEFINE_integer("epochs", 2, "Least number of epochs of a steady-state measurement.")
   flags.DEFINE_float("min_seconds", 2.0, "Least seconds of a steady-state measurement "
@@ -162,7 +165,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
         files, labels, workload, data_params)
   if "audioclf_warm" in FLAGS.pipelines or "audioclf_checked" in FLAGS.pipelines:
     t = time.perf_counter()
-    cache.fill(data_params, ("train",))  # Untimed.
+    fill_lib.fill(data_params, ("train",))  # Untimed.
     _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
     builders["audioclf_warm"] = lambda: audioclf.input_fn(data_params, "train")
     split_data = _split_data_path(data_params)
@@ -176,7 +179,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   if "audioclf_noise" in FLAGS.pipelines:
     noise_params = data_params.replace(noise_dir=_noise_folder(root, data_params.sample_rate),
                                        noise_prob=1.0, noise_snr_db=(5.0, 20.0))
-    cache.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
+    fill_lib.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
     builders["audioclf_noise"] = lambda: audioclf.input_fn(noise_params, "train")
   if "audioclf_cold" in FLAGS.pipelines:
     builders["audioclf_cold"] = cold
@@ -212,7 +215,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
       # (training goes on meanwhile); let it end here, outside any timing,
       # rather than in the next pipeline's.
       if p == "audioclf_cold":
-        cache.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
+        store_lib.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
       runs[p].append(run)
       steady = (f", steady {run.steady_examples_per_s:,.0f}/s"
                 if run.steady_examples_per_s else "")
@@ -244,8 +247,8 @@ def _noise_folder(root: str, sample_rate: int) -> str:
 
 def _split_data_path(params: audioclf.Params) -> str:
   """The data file of the train split's cache."""
-  store = cache.Store.for_params(params)
-  examples = audioclf.manifest.load(params).split("train")
+  store = store_lib.Store.for_params(params)
+  examples = manifest_lib.load(params).split("train")
   return store.split_base(store.fingerprints.of(examples)) + ".data"
 
 
@@ -367,7 +370,7 @@ def main(argv):
   for p in FLAGS.pipelines:
     if p not in PIPELINES:
       raise app.UsageError(f"--pipelines: unknown {p!r}; known: {list(PIPELINES)}")
-  params = cli.params_from_flags()
+  params = command_flags.params_from_flags()
   if os.path.exists(_cold_root()):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")
     shutil.rmtree(_cold_root(), ignore_errors=True)

@@ -6,7 +6,7 @@ Generates --n_wav 1 s PCM16 WAVs, fills the cache, then consumes training
 batches behind a simulated step of --step_ms (a sleep: the pipeline runs
 meanwhile, as it does behind a real step) from: the local pipeline, and the
 service (a dispatcher and 1, then 2, workers started with `python -m
-audioclf.service`, all on 127.0.0.1). Prints examples/s side by side, and the
+audioclf service`, all on 127.0.0.1). Prints examples/s side by side, and the
 same without a step (the input's own ceiling). On one host the workers share
 the trainer's cores, so the service can only cost: it pays where its workers
 run on other hosts, with cores of their own.
@@ -25,8 +25,10 @@ from absl import app, flags
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchdata  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from audioclf import cli, cluster, pipeline  # pylint: disable=wrong-import-position
-from audioclf import manifest as manifest_lib  # pylint: disable=wrong-import-position
+from audioclf import params as params_lib  # pylint: disable=wrong-import-position
+from audioclf.distributed import cluster  # pylint: disable=wrong-import-position
+from audioclf.data import pipeline  # pylint: disable=wrong-import-position
+from audioclf.data import manifest as manifest_lib  # pylint: disable=wrong-import-position
 
 flags.DEFINE_integer("n_wav", 2000, "1 s 16 kHz PCM16 WAV files to generate.")
 flags.DEFINE_integer("batch_size", 64, "Examples per batch.")
@@ -53,7 +55,7 @@ def examples_per_sec(ds, steps: int, step_s: float, batch_size: int) -> float:
 def service(flagfile: str, workers: int):
   """A dispatcher and `workers` workers on 127.0.0.1, as subprocesses; yields its address."""
   port, *ports = cluster.free_ports(1 + workers)
-  command = [sys.executable, "-m", "audioclf.service"]
+  command = [sys.executable, "-m", "audioclf", "service"]
   procs = [subprocess.Popen([*command, "dispatcher", f"--port={port}"],
                             stdout=subprocess.PIPE, text=True)]
   try:
@@ -88,7 +90,7 @@ def main(argv):
       batch_size=FLAGS.batch_size)
   pipeline.fill_cache(params, manifest_lib.load(params), splits=("train",))
   flagfile = os.path.join(FLAGS.out_dir, "service.flags")
-  cli.to_flagfile(params, flagfile)
+  params_lib.to_flagfile(params, flagfile)
 
   rows = [("in process", None)] + [(f"service, {n} worker{'s' * (int(n) > 1)}", int(n))
                                    for n in FLAGS.workers]

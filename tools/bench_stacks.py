@@ -90,11 +90,13 @@ def worker(argv) -> None:
   del argv
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import audioclf  # pylint: disable=g-import-not-at-top
-  from audioclf import cli, compat, manifest as manifest_lib  # pylint: disable=g-import-not-at-top
+  from audioclf import compat  # pylint: disable=g-import-not-at-top
+  from audioclf.commands import flags as command_flags  # pylint: disable=g-import-not-at-top
+  from audioclf.data import manifest as manifest_lib  # pylint: disable=g-import-not-at-top
   import bench_train  # pylint: disable=g-import-not-at-top
   import benchdata  # pylint: disable=g-import-not-at-top
   tf.get_logger().setLevel("ERROR")
-  params = cli.params_from_flags()
+  params = command_flags.params_from_flags()
   if not 1 <= FLAGS.warmup_steps < FLAGS.steps:
     raise app.UsageError("--warmup_steps must be at least 1 and less than --steps")
   root = os.path.join(FLAGS.out_dir, f"wav-{FLAGS.n_wav}")

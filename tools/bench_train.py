@@ -22,7 +22,7 @@ Estimator's graph), fed by each pipeline:
   limit_unmetered  the limit without the stall meter (every other run carries it)
 
 Columns: steps/s after --warmup_steps; the input stall fraction
-(audioclf.stall.StallMeter, the meter both engines train with); the ratio of
+(audioclf.engines.stall.StallMeter, the meter both engines train with); the ratio of
 steps/s to the limit of the same engine in the same round; the steps timed;
 the first step's seconds (pipeline start-up, plus tracing in Keras: compare
 it within an engine). Targets:
@@ -71,11 +71,16 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 import audioclf  # noqa: E402
-from audioclf import cache, cli, engines as engines_lib, manifest as manifest_lib, models  # noqa: E402
+from audioclf import engines as engines_lib  # noqa: E402
+from audioclf.data import fill as fill_lib  # noqa: E402
+from audioclf.data import store as store_lib  # noqa: E402
+from audioclf.commands import flags as command_flags  # noqa: E402
+from audioclf.data import manifest as manifest_lib  # noqa: E402
+from audioclf.model import build as models  # noqa: E402
 from audioclf.compat import keras  # noqa: E402
-from audioclf.clock import EstimatorClockHook, StepClock  # noqa: E402
+from audioclf.engines.clock import EstimatorClockHook, StepClock  # noqa: E402
 from audioclf.engines import keras_loop  # noqa: E402
-from audioclf.stall import EstimatorStallHook, StallMeter  # noqa: E402
+from audioclf.engines.stall import EstimatorStallHook, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
 FLAGS = flags.FLAGS
@@ -94,7 +99,7 @@ CAPPED = ("naive", "best_practice")
 
 
 def define_flags() -> None:
-  cli.define_flags()  # batch_size, width, model, sample_rate, clip_seconds, ...
+  command_flags.define_flags()  # batch_size, width, model, sample_rate, clip_seconds, ...
   # The real model at the library's default width takes seconds a step on 2
   # cores; the demo preset's width keeps a default run within minutes.
   FLAGS.set_default("width", 16)
@@ -233,7 +238,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
   manifest = manifest_lib.load(data_params)
   # Fill the warm cache once, untimed (eval mode: one pass that writes the split).
   t = time.perf_counter()
-  cache.fill(data_params, ("train",), manifest)
+  fill_lib.fill(data_params, ("train",), manifest)
   _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
   # The limit repeats batches audioclf's warm pipeline cut, held in memory.
   limit = [(f["waveform"].numpy(), y.numpy()) for f, y in
@@ -276,7 +281,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
         if p == "audioclf_cold":
           # The split is written in the background as epoch 1 ends: let that end
           # here, outside any timing, rather than in the next run's.
-          cache.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
+          store_lib.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
         runs[(engine, p)].append(run)
         _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
              f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
@@ -409,7 +414,7 @@ def main(argv):
     engines_lib.get(engine)  # The Estimator on the current stack: say which stack it needs.
   logging.set_verbosity(logging.WARNING)  # The Estimator logs every session start.
   tf.get_logger().setLevel("ERROR")
-  params = cli.params_from_flags()
+  params = command_flags.params_from_flags()
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   if os.path.exists(_cold_root()):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")

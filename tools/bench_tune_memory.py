@@ -23,7 +23,6 @@ model and batch drawn so far; it stops once those have all come up.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import shutil
@@ -38,7 +37,9 @@ import soundfile as sf  # pylint: disable=g-import-not-at-top,wrong-import-posit
 from audioclf import compat  # pylint: disable=g-import-not-at-top,wrong-import-position
 from audioclf.params import Params  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-tune_lib = importlib.import_module("audioclf.tune")  # The module; audioclf.tune is the function.
+from audioclf.tuning import search as tune_lib  # noqa: E402
+from audioclf.tuning import trials as trials_lib  # noqa: E402
+from audioclf.tuning import tuners as tuners_lib  # noqa: E402
 
 
 def write_tones(root: str, per_label: int = 12, sample_rate: int = 16000) -> str:
@@ -71,9 +72,9 @@ def main() -> None:
                   cache_dir=os.path.join(out_dir, "cache"), tune_dir=os.path.join(out_dir, "tune"),
                   validation_percent=30.0, clip_seconds=0.5, width=16, batch_size=16,
                   tuner="random", max_trials=args.trials, trial_steps=10, trial_epochs=2)
-  rss_start = tune_lib._rss_mb()  # pylint: disable=protected-access
+  rss_start = tuners_lib._rss_mb()  # pylint: disable=protected-access
   summary = tune_lib.tune(params, verbose=0)
-  rows = tune_lib.read_trials(params.tune_dir)
+  rows = trials_lib.read_trials(params.tune_dir)
 
   print(f"RSS before the search (TensorFlow imported): {rss_start:.0f} MB")
   print(f"{'trial':>5}  {'model':6}  {'width':>5}  {'batch':>5}  {'seconds':>7}  {'RSS MB':>7}")

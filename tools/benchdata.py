@@ -30,7 +30,7 @@ import soundfile as sf
 import soxr
 import tensorflow as tf
 
-from audioclf import decode
+from audioclf.data import decode
 from audioclf.compat import keras
 from audioclf.data import sampler
 from audioclf.params import Params

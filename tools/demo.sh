@@ -7,7 +7,7 @@
 #   tools/demo.sh --train_steps=50   # extra flags go to every training run
 #   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
 # With both stacks it then tells the migration story: the legacy Estimator model migrated to Keras 3
-# (python -m audioclf.migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
+# (python -m audioclf migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
 # stack, and shown beside the Keras-3-from-scratch run (tools/migration_story.py).
 # Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine> (checkpoints, TensorBoard logs,
 # labels.txt, params.json, metrics.json), runs/demo/<stack>-<engine>.json, runs/demo/current/migrated,
@@ -31,11 +31,11 @@ for stack in "${STACKS[@]}"; do
       --background_noise
   fi
   echo "[demo] $stack stack: filling the clip cache (a later run reads it and decodes nothing)" >&2
-  "$PYTHON" -m audioclf.cache --flagfile=flags/demo.flags | tail -n 1 \
+  "$PYTHON" -m audioclf cache --flagfile=flags/demo.flags | tail -n 1 \
     | tee "runs/demo/$stack-cache.json" >&2
   for engine in $(stack_engines "$stack"); do
     echo "[demo] $stack stack: training with --engine=$engine" >&2
-    "$PYTHON" -m audioclf.train --flagfile=flags/demo.flags --engine="$engine" \
+    "$PYTHON" -m audioclf train --flagfile=flags/demo.flags --engine="$engine" \
       --model_dir="runs/demo/$stack/$engine" "$@" | tee "runs/demo/$stack-$engine.log" | tail -n 1 \
       > "runs/demo/$stack-$engine.json"
     RUNS+=("$stack-$engine")
@@ -64,16 +64,16 @@ if [[ " ${STACKS[*]} " == *" legacy "* && " ${STACKS[*]} " == *" current "* ]]; 
   use_stack current
   echo "[demo] migrating the Estimator's model_dir to Keras 3, with a parity report" >&2
   rm -rf runs/demo/current/migrated  # The demo's own: migrate writes only into a new folder.
-  "$PYTHON" -m audioclf.migrate --from_model_dir=runs/demo/legacy/estimator \
+  "$PYTHON" -m audioclf migrate --from_model_dir=runs/demo/legacy/estimator \
     --to_model_dir=runs/demo/current/migrated --report --split=test \
     --legacy_python="$LEGACY_PYTHON" | tee runs/demo/migrate.log | tail -n 1 > runs/demo/migrate.json
   grep -v '^{' runs/demo/migrate.log  # The report's table: per-class accuracy before and after.
-  "$PYTHON" -m audioclf.evaluate --model_dir=runs/demo/current/migrated --split=test \
+  "$PYTHON" -m audioclf evaluate --model_dir=runs/demo/current/migrated --split=test \
     | tail -n 1 > runs/demo/migrated-evaluate.json
   steps="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["steps"])' \
     runs/demo/migrate.json)"
   echo "[demo] current stack: training the migrated model ${MIGRATE_MORE_STEPS:-200} steps more" >&2
-  "$PYTHON" -m audioclf.train --flagfile=flags/demo.flags --model_dir=runs/demo/current/migrated \
+  "$PYTHON" -m audioclf train --flagfile=flags/demo.flags --model_dir=runs/demo/current/migrated \
     "$@" --train_steps=$((steps + ${MIGRATE_MORE_STEPS:-200})) | tee runs/demo/current-migrated.log \
     | tail -n 1 > runs/demo/current-migrated.json
   "$PYTHON" tools/migration_story.py runs/demo

@@ -11,7 +11,7 @@ distributes the dataset and so prefetches each batch to the device while the
 step before it runs; the Estimator (model_to_estimator) reads a dataset that
 ends in tf.data.experimental.prefetch_to_device. Both are what the engines do
 with --prefetch_device=auto on a GPU machine. Each run carries the stall
-meter both engines train with (audioclf.stall).
+meter both engines train with (audioclf.engines.stall).
 
 Prints one JSON line: per engine, steps/s (time inside measured steps) and
 input_stall_fraction for audioclf warm and the limit, and their ratio. With
@@ -34,17 +34,21 @@ from absl import app, flags, logging  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import audioclf  # noqa: E402
-from audioclf import cache, cli, engines, manifest as manifest_lib, models  # noqa: E402
+from audioclf import engines  # noqa: E402
+from audioclf.data import fill as fill_lib  # noqa: E402
+from audioclf.commands import flags as command_flags  # noqa: E402
+from audioclf.data import manifest as manifest_lib  # noqa: E402
+from audioclf.model import build as models  # noqa: E402
 from audioclf.compat import keras  # noqa: E402
 from audioclf.engines import keras_loop  # noqa: E402
-from audioclf.stall import EstimatorStallHook, StallMeter  # noqa: E402
+from audioclf.engines.stall import EstimatorStallHook, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-  cli.define_flags()  # batch_size, width, model, ...
+  command_flags.define_flags()  # batch_size, width, model, ...
   flags.DEFINE_integer("steps", 60, "Training steps of each run.")
   flags.DEFINE_integer("warmup_steps", 10, "First steps left out of steps/s and the stall.")
   flags.DEFINE_integer("n_files", 640, "1 s 16 kHz mono WAV files to generate.")
@@ -96,14 +100,14 @@ def main(argv):
     raise app.UsageError("--steps must exceed --warmup_steps")
   logging.set_verbosity(logging.WARNING)
   device = "/gpu:0" if gpus else "/cpu:0"
-  params = cli.params_from_flags()
+  params = command_flags.params_from_flags()
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   workload = benchdata.WORKLOADS["wav"]
   root = os.path.join(FLAGS.out_dir, f"wav-{FLAGS.n_files}")
   benchdata.make_files(workload, root, FLAGS.n_files)
   data_params = benchdata.audioclf_params(root, os.path.join(FLAGS.out_dir, "cache"), params)
   manifest = manifest_lib.load(data_params)
-  cache.fill(data_params, ("train",), manifest)  # The runs below read it warm.
+  fill_lib.fill(data_params, ("train",), manifest)  # The runs below read it warm.
   batches = [(f["waveform"].numpy(), y.numpy()) for f, y in
              audioclf.input_fn(data_params, "train", manifest=manifest).take(8)]
   pipelines = {

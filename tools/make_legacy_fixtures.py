@@ -8,7 +8,7 @@ tests write again identically), and keeps what audioclf.migrate reads:
 labels.txt, params.json (the data, cache and model paths cleared: they were
 temporary) and the last checkpoint, its `checkpoint` file naming it by a
 relative path. Beside them: one held-out clip per class (clips/<label>/) and
-each model's probabilities on them, as `python -m audioclf.predict
+each model's probabilities on them, as `python -m audioclf predict
 --save_probabilities` writes them (<engine>_probabilities.npz, paths relative to
 it). About 150 KB in all; rerun it only when what a legacy model_dir holds changes.
 """
@@ -31,8 +31,10 @@ from conftest import write_tone_dataset
 import tensorflow as tf
 
 import audioclf
-from audioclf import compat, manifest as manifest_lib, model_dir as model_dir_lib
-from audioclf import predict as predict_lib
+from audioclf import compat
+from audioclf.data import manifest as manifest_lib
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.deploy import predict as predict_lib
 
 STEPS = 30  # Enough for Adam's averages to be far from a fresh optimizer's.
 ENGINES = ("keras", "estimator")

@@ -3,7 +3,7 @@
   python tools/migration_story.py runs/demo
 
 Reads, in that folder: legacy-estimator.json (the Estimator's run on the legacy
-stack), migrate.json (`python -m audioclf.migrate --report` of it),
+stack), migrate.json (`python -m audioclf migrate --report` of it),
 migrated-evaluate.json (the migrated model evaluated on the current stack
 before any more training), current-migrated.json (its training continued with
 Keras 3) and current-keras.json (Keras 3 from scratch). Test accuracy comes

@@ -1,12 +1,15 @@
-"""The data layer: the on-disk cache, its fill, the sampler and the input pipeline.
+"""The data: which files exist, decoding them once into the clip cache, and the input pipeline.
 
+  manifest.py   which files exist, their labels and splits (folders or a CSV)
+  decode.py     soundfile + soxr decoding, the native WAV fast path, BadAudioError
   keys.py       what a file is: content fingerprints, remembered by stat on this host
   store.py      the cache's files: format, names, writes, the checks a split passes on open
   fill.py       filling a split (Fill), and fill(): every split ahead of time
+  noise.py      background recordings, decoded once into the cache and mixed in
   sampler.py    which clip comes when, and every random draw: pure functions of (seed, index)
+  pipeline.py   input_fn: the assembly of the above
+  service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it
-  pipeline.py   input_fn: the assembly
-  command.py    python -m audioclf.cache
 
-Submodules import on use: `store`, `keys` and `fill` need no TensorFlow.
+`manifest`, `store`, `keys` and `fill` need no TensorFlow.
 """

@@ -8,7 +8,7 @@ writes the split (`store.Store.write_split`) and marks it complete. All of
 its state is its own: nothing here outlives the objects its caller holds,
 but the count of decodes this process made (`decode_count`, a metric).
 
-  python -m audioclf.cache --flagfile=...   # fill() every split, with a progress bar
+  python -m audioclf cache --flagfile=...   # fill() every split, with a progress bar
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
-from audioclf import decode, manifest as manifest_lib
+from audioclf.data import decode
+from audioclf.data import manifest as manifest_lib
 from audioclf.data import store as store_lib
-from audioclf.manifest import Example, Manifest
+from audioclf.data.manifest import Example, Manifest
 from audioclf.params import SPLITS, Params
 
 # Files decoded from their source in this process: a metric that tests, the
@@ -275,7 +276,7 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
 
   Training fills the cache during its first epoch anyway; this is for filling
   it ahead of time (a data-prep machine, many tuner trials, a benchmark).
-  The tuner, the benchmarks and `python -m audioclf.cache` all call it. The
+  The tuner, the benchmarks and `python -m audioclf cache` all call it. The
   background recordings (`Manifest.noise`) are filled too, as "noise", where
   the params mix them in (noise_prob or silence_percent).
 

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 
 from absl import logging
 
-from audioclf.manifest import Example
+from audioclf.data.manifest import Example
 
 FINGERPRINTS_ENV = "AUDIOCLF_FINGERPRINTS"
 DIGEST_BYTES = 16

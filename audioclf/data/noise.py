@@ -18,10 +18,10 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from audioclf.data import store as store_lib
 from audioclf.data import fill as fill_lib
+from audioclf.data import store as store_lib
+from audioclf.data.manifest import Example
 from audioclf.data.sampler import split_tensor, window
-from audioclf.manifest import Example
 from audioclf.params import Params
 
 

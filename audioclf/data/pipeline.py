@@ -25,12 +25,13 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from audioclf import dataservice, decode, manifest as manifest_lib
-from audioclf.data import exit_guard, noise
+from audioclf.data import decode, exit_guard, noise
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
+from audioclf.data.manifest import Manifest
 from audioclf.data.sampler import Sampler, split_tensor, window
-from audioclf.manifest import Manifest
 from audioclf.params import MODES, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -128,7 +129,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
       raise manifest_lib.DataError(
           f"the {split!r} split of {source} is not in the cache {store.root!r}: the trainer "
           "names the split the service's workers serve by its cache; fill it first "
-          "(python -m audioclf.cache --flagfile=...)")
+          "(python -m audioclf cache --flagfile=...)")
     if sampler.shard[1] > 1:
       raise ValueError(f"--data_service={params.data_service} feeds one trainer; several "
                        "(a multi-worker cluster) are not supported")
@@ -143,7 +144,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
     raise manifest_lib.DataError(
         f"the {split!r} split of {source} is not in the cache {store.root!r} yet, and a "
         "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
-        "audioclf.cache --flagfile=...)")
+        "audioclf cache --flagfile=...)")
   else:
     job = Fill(store, files, fingerprints, params, base)
     ds = _cold(params, job, labels, sampler, training, first_batch)
@@ -357,7 +358,7 @@ def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sam
 
 def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
             first_batch) -> tf.data.Dataset:
-  """Training batches from the tf.data service at params.data_service (see audioclf.dataservice).
+  """Training batches from the tf.data service at params.data_service (see audioclf.data.service).
 
   Batch k's rows and draws are the sampler's, as everywhere; the service's
   workers cut them, with native ops only (a worker cannot call back into this

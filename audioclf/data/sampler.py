@@ -29,6 +29,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from audioclf.data import store as store_lib
 from audioclf.params import Params
 
 
@@ -79,7 +80,6 @@ def split_tensor(split) -> tuple[tf.Tensor, Optional[float]]:
   Memory-mapped: the page cache is the only copy. PCM16 splits come as int16
   with libsndfile's scale (exact, a power of two) to apply once per batch.
   """
-  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   dtype = tf.int16 if split.dtype == "<i2" else tf.float32
   if split.samples:
     source = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[split.samples],

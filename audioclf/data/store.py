@@ -470,7 +470,7 @@ class Store:
       time.sleep(poll_s)
 
 
-# --- Maintenance: what python -m audioclf.cache --info / --prune_days / --verify do.
+# --- Maintenance: what python -m audioclf cache --info / --prune_days / --verify do.
 
 
 def info(store: Store) -> dict:

@@ -1,4 +1,12 @@
-"""The training engines, by name: each trains `models.build_model`'s model its own way.
+"""Training: the engines by name, each training `build_model`'s model its own way, and what they share.
+
+  train.py      train(): a run as params describe it, with the engine it names
+  keras_fit.py  the Keras engine: strategies, checkpoints, evaluation
+  keras_loop.py the one Keras model.fit of every run (engine, tuner trials, benchmarks)
+  estimator.py  the Estimator engine (legacy stack): model_to_estimator, train_and_evaluate
+  common.py     the Result engines return, the metered training input
+  stall.py      the input-stall meter: how much of each step waits for its batch
+  clock.py      StepClock: the one timer of training steps
 
 An engine module has `train(params, manifest) -> engines.common.Result`; it
 leaves object-based checkpoints in params.model_dir that `model_dir.load_model`
@@ -11,8 +19,8 @@ import importlib
 from typing import Callable
 
 from audioclf import compat
+from audioclf.data.manifest import Manifest
 from audioclf.engines.common import Result
-from audioclf.manifest import Manifest
 from audioclf.params import Params
 
 # Modules, imported on first use: the Keras engine need not load tf.estimator.

@@ -7,10 +7,10 @@ from typing import Optional
 
 import tensorflow as tf
 
-from audioclf.manifest import Manifest
+from audioclf.data.manifest import Manifest
+from audioclf.data.pipeline import input_fn
+from audioclf.engines.stall import StallMeter
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
-from audioclf.stall import StallMeter
 
 METRIC_NAMES = ("loss", "accuracy")  # What compile_model asks for; both engines report these.
 
@@ -21,7 +21,7 @@ class Result:
   validation: dict[str, float]  # METRIC_NAMES on the validation split.
   test: Optional[dict[str, float]]  # The same on the test split; None where it is empty.
   examples_per_sec: Optional[float]  # Training throughput; None when too few steps ran.
-  # Share of training step time spent waiting for input (audioclf.stall); None when no step ran.
+  # Share of training step time spent waiting for input (audioclf.engines.stall); None when no step ran.
   input_stall_fraction: Optional[float] = None
 
 

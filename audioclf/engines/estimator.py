@@ -10,19 +10,26 @@ from typing import Optional, Sequence
 import tensorflow as tf
 from absl import logging
 
-from audioclf import cluster as cluster_lib
 from audioclf import compat
-from audioclf import dataservice
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
 from audioclf.compat import keras
-from audioclf.clock import EstimatorClockHook, StepClock, training_clock
-from audioclf.engines.common import (Result, has_split, metered_train_input, metric_values,
-                                     prefetch_device, stall_fraction, stall_log_every)
-from audioclf.manifest import Manifest
+from audioclf.data import service as dataservice
+from audioclf.data.manifest import Manifest
+from audioclf.data.pipeline import fill_cache, input_fn
+from audioclf.distributed import cluster as cluster_lib
+from audioclf.engines.clock import EstimatorClockHook, StepClock, training_clock
+from audioclf.engines.common import (
+  Result,
+  has_split,
+  metered_train_input,
+  metric_values,
+  prefetch_device,
+  stall_fraction,
+  stall_log_every,
+)
+from audioclf.engines.stall import EstimatorStallHook, StallMeter
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
-from audioclf.pipeline import fill_cache, input_fn
-from audioclf.stall import EstimatorStallHook, StallMeter
 
 compat.require_estimator()  # Before tf.estimator is first touched: say which stack has it.
 
@@ -134,7 +141,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   if task is not None and task.num_workers > 1 and not task.cluster.get("ps"):
     raise ValueError("the Estimator trains on several workers through parameter servers, and "
                      f"TF_CONFIG's cluster has none: {task.cluster}. Add ps tasks "
-                     "(python -m audioclf.launch --ps=1).")
+                     "(python -m audioclf launch --ps=1).")
   chief = task is None or task.is_chief
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.

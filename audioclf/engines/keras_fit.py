@@ -11,19 +11,26 @@ from typing import Callable, Optional
 import tensorflow as tf
 from absl import logging
 
-from audioclf import cluster as cluster_lib
 from audioclf import compat
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
 from audioclf.compat import keras
-from audioclf.clock import training_clock
+from audioclf.data.manifest import Manifest
+from audioclf.data.pipeline import cached_clips, fill_cache, input_fn
+from audioclf.distributed import cluster as cluster_lib
 from audioclf.engines import keras_loop
-from audioclf.engines.common import (Result, has_split, metered_train_input, metric_values,
-                                     prefetch_device, stall_fraction, stall_log_every)
-from audioclf.manifest import Manifest
+from audioclf.engines.clock import training_clock
+from audioclf.engines.common import (
+  Result,
+  has_split,
+  metered_train_input,
+  metric_values,
+  prefetch_device,
+  stall_fraction,
+  stall_log_every,
+)
+from audioclf.engines.stall import StallMeter
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
-from audioclf.pipeline import cached_clips, fill_cache, input_fn
-from audioclf.stall import StallMeter
 
 
 def train(params: Params, manifest: Manifest) -> Result:

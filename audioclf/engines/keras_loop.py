@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 from audioclf import compat
-from audioclf.clock import StepClock
 from audioclf.compat import keras
-from audioclf.stall import KerasStallCallback, StallMeter
+from audioclf.engines.clock import StepClock
+from audioclf.engines.stall import KerasStallCallback, StallMeter
 
 
 class _Steps(keras.callbacks.Callback):

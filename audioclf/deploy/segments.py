@@ -41,8 +41,11 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence
 import numpy as np
 import soundfile as sf
 import soxr
+from absl import logging
 
-from audioclf import decode
+from audioclf.data import decode
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import ParamError
 
 RELEASE = 0.5  # A run continues while the probability stays above this share of the threshold.
@@ -208,11 +211,6 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   Raises:
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  from absl import logging  # pylint: disable=g-import-not-at-top
-
-  from audioclf import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
-  from audioclf import models  # pylint: disable=g-import-not-at-top
-
   model, params, labels = model_dir_lib.load_model(model_dir, params)
   predict = models.predict_fn(model)
   clip = params.clip_samples

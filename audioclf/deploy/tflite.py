@@ -38,13 +38,13 @@ import numpy as np
 import tensorflow as tf
 
 from audioclf import compat
-from audioclf import manifest as manifest_lib
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
 from audioclf.compat import keras
-from audioclf.features import LogMelSpectrogram
+from audioclf.data import manifest as manifest_lib
+from audioclf.data.pipeline import input_fn
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model.features import LogMelSpectrogram
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
 FILE_NAMES = {"none": "model.tflite", "dynamic": "model_dynamic.tflite", "int8": "model_int8.tflite"}

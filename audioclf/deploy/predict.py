@@ -1,37 +1,23 @@
-"""python -m audioclf.predict --model_dir=runs/demo/keras clip.wav more_clips/ ... [--output=out.csv]
+"""Labels for audio files from a model_dir: each file's middle clip, and every class's probability.
 
-Classifies audio files, or every audio file under a folder, with a model_dir
-from either engine; prints `path<TAB>label<TAB>probability` per file of at
-most one clip. A longer file is classified in sliding windows (--hop_seconds)
-streamed from disk, and each segment where a label is heard (audioclf.segments)
-prints as `path<TAB>start<TAB>end<TAB>label<TAB>peak probability`, in seconds.
---output also writes every result as CSV (file,start,end,label,probability;
-no start or end for a short file) or JSON. --save_probabilities=probs.npz
-writes every class's probability for each file of at most one clip (what
-`python -m audioclf.migrate --report` compares across stacks).
+`python -m audioclf predict` prints them (audioclf.commands.predict); files
+longer than a clip go to audioclf.deploy.segments instead. `save_probabilities`
+writes what `python -m audioclf migrate --report` compares across stacks.
 """
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import json
 import os
 from typing import Optional, Sequence
 
 import numpy as np
-from absl import app
-from absl import flags
 from absl import logging
 
-from audioclf import cli
-from audioclf import decode
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
-from audioclf.manifest import AUDIO_EXTENSIONS
+from audioclf.data import decode, sampler
+from audioclf.data.manifest import AUDIO_EXTENSIONS
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
-
-FLAGS = flags.FLAGS
 
 
 def audio_files(paths: Sequence[str]) -> list[str]:
@@ -60,7 +46,6 @@ def center_clip(samples: np.ndarray, clip_samples: int) -> np.ndarray:
   input_fn's evaluation window, cut by the same functions (audioclf.data.
   sampler), so a file scores here as it scored there.
   """
-  from audioclf.data import sampler  # pylint: disable=g-import-not-at-top
   length = len(samples)
   window = sampler.window(np.asarray(samples, np.float32), 0, length,
                           sampler.center_start(length, clip_samples), clip_samples)
@@ -124,10 +109,10 @@ def predict(model_dir: str, paths: Sequence[str],
     FileNotFoundError: a path that does not exist.
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  return _best(*probabilities(model_dir, paths, params))
+  return top_labels(*probabilities(model_dir, paths, params))
 
 
-def _best(files, probs, labels) -> list[tuple[str, str, float]]:
+def top_labels(files, probs, labels) -> list[tuple[str, str, float]]:
   best = np.argmax(probs, axis=1)
   return [(path, labels[i], float(p[i])) for path, i, p in zip(files, best, probs)]
 
@@ -137,7 +122,7 @@ def save_probabilities(path: str, files: Sequence[str], probs: np.ndarray,
   """Writes what `probabilities` returned to an .npz that `load_probabilities` reads, on any stack.
 
   Plain arrays only (no pickled objects), so numpy 1 and numpy 2 read each
-  other's files: how `python -m audioclf.migrate --report` compares a legacy
+  other's files: how `python -m audioclf migrate --report` compares a legacy
   model's outputs, computed on the legacy stack, with the migrated model's.
   """
   np.savez(path, paths=np.asarray(list(files), dtype=str), probabilities=probs,
@@ -154,70 +139,3 @@ def load_probabilities(path: str) -> tuple[list[str], np.ndarray, list[str]]:
     folder = os.path.dirname(os.path.abspath(path))
     files = [os.path.join(folder, str(p)) for p in saved["paths"]]
     return files, saved["probabilities"], [str(label) for label in saved["labels"]]
-
-
-def main(argv):
-  if len(argv) < 2:
-    raise app.UsageError("give audio files or folders to classify")
-  from audioclf import segments  # pylint: disable=g-import-not-at-top
-
-  params = cli.params_for_model_dir()
-  files = audio_files(argv[1:])
-  long_files = [f for f in files if _is_long(f, params)]
-  short = [f for f in files if f not in set(long_files)]
-  results = []
-  if short:
-    short, probs, labels = probabilities(FLAGS.model_dir, short, params)
-    for path, label, probability in _best(short, probs, labels):
-      print(f"{path}\t{label}\t{probability:.4f}", flush=True)
-      results.append({"file": path, "label": label, "probability": probability})
-    if FLAGS.save_probabilities:
-      save_probabilities(FLAGS.save_probabilities, short, probs, labels)
-  if long_files:
-    for result in segments.detect(FLAGS.model_dir, long_files, params, FLAGS.hop_seconds,
-                                  FLAGS.threshold, FLAGS.background_labels):
-      for s in result["segments"]:
-        print(f"{result['file']}\t{s.start:.2f}\t{s.end:.2f}\t{s.label}\t{s.peak:.4f}",
-              flush=True)
-      results.append(dict(result, segments=[dataclasses.asdict(s) for s in result["segments"]]))
-  if FLAGS.output:
-    _write_output(FLAGS.output, results)
-
-
-def _is_long(path: str, params: Params) -> bool:
-  """Longer than one clip (by its header); an unreadable file is left to predict's handling."""
-  from audioclf import segments  # pylint: disable=g-import-not-at-top
-  try:
-    return segments.duration(path) > params.clip_seconds + 1.0 / params.sample_rate
-  except decode.BadAudioError:
-    return False
-
-
-def _write_output(path: str, results: list[dict]) -> None:
-  """Every file's label or segments, as CSV or JSON by the file's extension."""
-  if path.endswith(".json"):
-    with open(path, "w") as f:
-      json.dump({"files": results}, f, indent=2)
-      f.write("\n")
-    return
-  if not path.endswith(".csv"):
-    raise ValueError(f"the output must be a .csv or .json file, got {path!r}")
-  with open(path, "w", newline="") as f:
-    out = csv.writer(f)
-    out.writerow(["file", "start", "end", "label", "probability"])
-    for result in results:
-      if "segments" not in result:
-        out.writerow([result["file"], "", "", result["label"], f"{result['probability']:.4f}"])
-      for s in result.get("segments", ()):
-        out.writerow([result["file"], f"{s['start']:.3f}", f"{s['end']:.3f}", s["label"],
-                      f"{s['peak']:.4f}"])
-
-
-def run():
-  cli.define_model_dir_flags()
-  flags.mark_flag_as_required("model_dir")
-  cli.run(main)
-
-
-if __name__ == "__main__":
-  run()

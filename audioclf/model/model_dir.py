@@ -17,7 +17,7 @@ So `load_model` restores either engine's model_dir the same way.
 Those are Keras 2's keys, on the legacy stack; Keras 3 on the current stack
 names the same variables `_operations/<i>/...`. So a model_dir belongs to the
 stack that wrote it (`written_by`), and a command on the other stack refuses
-it, naming what to run instead (audioclf.migrate, to move it to Keras 3).
+it, naming what to run instead (audioclf migrate, to move it to Keras 3).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from audioclf import compat
 from audioclf.compat import keras
+from audioclf.model import build as models
 from audioclf.params import Params
 
 LABELS_FILE = "labels.txt"
@@ -37,7 +38,7 @@ PARAMS_FILE = "params.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_NAME = "model.ckpt"  # The Estimator's name; the Keras engine uses it too.
 KEEP_CHECKPOINTS = 5  # The Estimator's default, for both engines.
-MIGRATION_KEY = "migration"  # params.json's record of what audioclf.migrate carried, if any.
+MIGRATION_KEY = "migration"  # params.json's record of what audioclf migrate carried, if any.
 STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.stack_record().
 
 # Fields that decide the variables or what they mean: a checkpoint only makes
@@ -107,7 +108,7 @@ def check_stack(model_dir: str) -> None:
   if compat.KERAS3:
     target = f"{model_dir.rstrip(os.sep)}-keras3"
     raise ModelDirError(
-        f"{wrote}, and {here}, which reads it once migrated: run python -m audioclf.migrate "
+        f"{wrote}, and {here}, which reads it once migrated: run python -m audioclf migrate "
         f"--from_model_dir={model_dir} --to_model_dir={target} and use {target}; or run this "
         f"command on {compat.HOW_TO_GET[compat.LEGACY_STACK]}")
   raise ModelDirError(f"{wrote}, and {here}, which cannot read Keras 3 checkpoints: run this "
@@ -169,7 +170,7 @@ def write_params(model_dir: str, params: Params,
   Args:
     model_dir: the folder.
     params: the run's parameters.
-    migration: what audioclf.migrate carried into model_dir. A params.json
+    migration: what audioclf migrate carried into model_dir. A params.json
       that has one keeps it when a resumed run rewrites the file.
   """
   path = os.path.join(model_dir, PARAMS_FILE)
@@ -196,7 +197,7 @@ def latest_checkpoint(model_dir: str) -> str:
   path = tf.train.latest_checkpoint(model_dir)
   if not path:
     raise ModelDirError(f"{model_dir!r} holds no checkpoint yet: train first "
-                        "(python -m audioclf.train --model_dir=...)")
+                        "(python -m audioclf train --model_dir=...)")
   return path
 
 
@@ -204,7 +205,7 @@ def checkpoint_manager(checkpoint: tf.train.Checkpoint, directory: str,
                        max_to_keep: int = KEEP_CHECKPOINTS) -> tf.train.CheckpointManager:
   """Saves `checkpoint` (a `tf.train.Checkpoint(model)`) into directory as every Keras path does.
 
-  The Keras engine, the tuner's best model and audioclf.migrate write their
+  The Keras engine, the tuner's best model and audioclf migrate write their
   checkpoints through it, named as the Estimator names its own. Save with
   `checkpoint_number=` the global step.
   """
@@ -238,8 +239,6 @@ def load_model(model_dir: str, params: Optional[Params] = None,
     ModelDirError: no params.json, labels.txt or checkpoint, params that
       build another model, or a model_dir of the other stack.
   """
-  from audioclf import models  # Here: of this module's readers, only loading builds layers.
-
   saved = read_params(model_dir)
   check_stack(model_dir)
   params = params or saved

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from audioclf import compat
 from audioclf.compat import keras
-from audioclf.features import LogMelSpectrogram, SpecAugment
+from audioclf.model.features import LogMelSpectrogram, SpecAugment
 from audioclf.params import Params
 
 INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import logging as std_logging
 import os
-import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from absl import app, flags
+from absl import flags
 
-from audioclf.params import SPLITS, ParamError, Params, field_types, flag_value
-
-# Set to 1 to see the traceback of an error that a command would report as one line.
-TRACEBACK_ENV = "AUDIOCLF_TRACEBACK"
+from audioclf.params import SPLITS, Params, field_types
 
 _HELP = {
     "data_dir": "Folder with one sub-folder of audio files per label (Speech Commands layout).",
@@ -47,7 +42,7 @@ _HELP = {
     "fmin": "Lowest mel frequency in Hz.",
     "fmax": "Highest mel frequency in Hz.",
     "spec_augment": "Mask random time and frequency bands while training.",
-    "model": "Model family from audioclf.models.MODELS.",
+    "model": "Model family from audioclf.model.build.MODELS.",
     "width": "Base number of filters.",
     "dropout": "Dropout rate before the classifier.",
     "engine": "Training engine: keras (model.fit) or estimator (model_to_estimator; legacy stack).",
@@ -65,7 +60,7 @@ _HELP = {
                 "workers, else one device) or mirrored (every GPU of this host, else its "
                 "logical CPUs).",
     "data_service": "grpc://host:port of a tf.data service dispatcher (python -m "
-                    "audioclf.service): training batches come from its workers.",
+                    "audioclf service): training batches come from its workers.",
     "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
     "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
     "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",
@@ -112,14 +107,14 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   define_flags(flag_values)
   if "split" in flag_values:  # They are defined together: once defines them all.
     return
-  flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf.evaluate).",
+  flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf evaluate).",
                     flag_values=flag_values)
-  flags.DEFINE_string("export_dir", None, "Where audioclf.export writes the SavedModel "
+  flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
                       "(default <model_dir>/export).", flag_values=flag_values)
-  flags.DEFINE_string("saved_model", None, "audioclf.evaluate: evaluate this exported "
+  flags.DEFINE_string("saved_model", None, "audioclf evaluate: evaluate this exported "
                       "SavedModel instead of --model_dir (its params.json, or the flags, "
                       "say where the data is).", flag_values=flag_values)
-  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf.export "
+  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf export "
                     "writes: a SavedModel, or TensorFlow Lite models (default "
                     "<model_dir>/tflite) checked against the Keras model.",
                     flag_values=flag_values)
@@ -130,22 +125,22 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                           flag_values=flag_values)
   flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
                        "quantization calibrates on.", flag_values=flag_values)
-  flags.DEFINE_float("hop_seconds", None, "audioclf.predict, files longer than a clip: the "
+  flags.DEFINE_float("hop_seconds", None, "audioclf predict, files longer than a clip: the "
                      "step between sliding windows (default half a clip; 0.1 places word "
                      "onsets within 0.25 s).", flag_values=flag_values)
-  flags.DEFINE_float("threshold", 0.5, "audioclf.predict, long files: the probability a "
-                     "label must reach to start a segment (audioclf.segments).",
+  flags.DEFINE_float("threshold", 0.5, "audioclf predict, long files: the probability a "
+                     "label must reach to start a segment (audioclf.deploy.segments).",
                      flag_values=flag_values)
   flags.DEFINE_list("background_labels", ["_silence_", "_unknown_", "silence", "unknown"],
-                    "audioclf.predict, long files: labels never reported as segments.",
+                    "audioclf predict, long files: labels never reported as segments.",
                     flag_values=flag_values)
-  flags.DEFINE_string("output", None, "audioclf.predict: also write every result to this "
+  flags.DEFINE_string("output", None, "audioclf predict: also write every result to this "
                       ".csv or .json file.", flag_values=flag_values)
-  flags.DEFINE_string("save_probabilities", None, "audioclf.predict: also write every class's "
+  flags.DEFINE_string("save_probabilities", None, "audioclf predict: also write every class's "
                       "probability per file of at most a clip to this .npz (what "
-                      "audioclf.migrate --report compares across stacks).",
+                      "audioclf migrate --report compares across stacks).",
                       flag_values=flag_values)
-  flags.DEFINE_string("report_dir", None, "Where audioclf.evaluate writes its report "
+  flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
                       "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)
   # Command flags that no Params field holds: checked when they are parsed.
@@ -160,7 +155,7 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def define_migrate_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """The Params flags (for --report's data), plus audioclf.migrate's own. Idempotent."""
+  """The Params flags (for --report's data), plus audioclf migrate's own. Idempotent."""
   define_model_dir_flags(flag_values)
   for name, help_ in (
       ("from_model_dir", "A model_dir the legacy stack (TensorFlow 2.15, Keras 2) wrote."),
@@ -168,7 +163,7 @@ def define_migrate_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       ("legacy_python", "--report: the legacy stack's Python, run for the legacy model's "
                         "probabilities (default $AUDIOCLF_LEGACY_PYTHON, else .venv-legacy)."),
       ("legacy_probabilities", "--report: the legacy model's probabilities, as "
-                               "`audioclf.predict --save_probabilities=` wrote them on the "
+                               "`audioclf predict --save_probabilities=` wrote them on the "
                                "legacy stack, instead of running it.")):
     if name not in flag_values:
       flags.DEFINE_string(name, None, help_, flag_values=flag_values)
@@ -188,14 +183,14 @@ def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS,
 
   So evaluate, predict and export run with the trained model's parameters by
   default, while --data_dir, --cache_dir or --batch_size can point elsewhere.
-  With --saved_model instead, the params.json audioclf.export writes beside it
+  With --saved_model instead, the params.json audioclf export writes beside it
   (or, for a SavedModel without one, the defaults) take its place.
 
   Args:
     flag_values: the parsed flags.
     model_dir: the model_dir to read; default --model_dir.
   """
-  from audioclf import model_dir as model_dir_lib  # Keeps this module free of TensorFlow.
+  from audioclf.model import model_dir as model_dir_lib  # Keeps this module free of TensorFlow.
 
   saved_model = flag_values["saved_model"].value if "saved_model" in flag_values else None
   if saved_model and not flag_values["model_dir"].value:
@@ -208,69 +203,46 @@ def params_for_model_dir(flag_values: flags.FlagValues = flags.FLAGS,
   return saved.replace(**given).validate()
 
 
-def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None:
-  """Writes `params` as an absl flagfile that `--flagfile=` reads back to equal Params."""
-  lines = [f"# {line}" for line in (header or "").splitlines()]
-  defaults = Params()
-  for field in dataclasses.fields(Params):
-    value = getattr(params, field.name)
-    if value is None or value == getattr(defaults, field.name):
-      continue
-    if isinstance(value, bool):
-      lines.append(f"--{field.name}" if value else f"--no{field.name}")
-    else:
-      lines.append(f"--{field.name}={flag_value(value)}")
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
+def define_cache_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The Params flags, plus audioclf cache's own (what to do instead of filling). Idempotent."""
+  define_flags(flag_values)
+  if "verify" in flag_values:
+    return
+  flags.DEFINE_bool("info", False, "Print what is cached instead of filling it.",
+                    flag_values=flag_values)
+  flags.DEFINE_bool("verify", False, "Instead of filling, check every byte of every split under "
+                    "--cache_dir against its checksums; a damaged split loses its marker.",
+                    flag_values=flag_values)
+  flags.DEFINE_float("prune_days", None, "Instead of filling, delete the splits and entries "
+                     "of every dataset under --cache_dir that no run has used for this many "
+                     "days.", flag_values=flag_values)
 
 
-def user_error(error: BaseException) -> Optional[str]:
-  """The one line that tells a user what to fix, for an error that needs no traceback; else None.
-
-  Those are invalid params, an unusable data source or model_dir, a bad audio
-  file and a file the system refuses (missing, unreadable, disk full). A bad
-  file found inside the tf.data pipeline arrives as TensorFlow's error, its
-  message holding the BadAudioError's text under TensorFlow's frames; the
-  file and the reason are read back from it.
-  """
-  # Imported here: by the time a command fails, TensorFlow is loaded anyway.
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from audioclf import decode, manifest, model_dir  # pylint: disable=g-import-not-at-top
-
-  if isinstance(error, tf.errors.OpError):
-    error = decode.BadAudioError.from_text(error.message) or error
-  if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
-                        decode.BadAudioError, OSError)):
-    return str(error).removeprefix("audioclf: ")
-  return None
+def define_service_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The Params flags (a worker's data), plus audioclf service's own. Idempotent."""
+  define_flags(flag_values)
+  if "dispatcher" in flag_values:
+    return
+  flags.DEFINE_integer("port", 0, "Port to listen on (0: any free one, printed).",
+                       lower_bound=0, flag_values=flag_values)
+  flags.DEFINE_string("dispatcher", None, "worker: the dispatcher's host:port.",
+                      flag_values=flag_values)
+  flags.DEFINE_string("worker_host", None, "worker: the name trainers reach this host by "
+                      "(default: its host name).", flag_values=flag_values)
+  flags.DEFINE_float("status_every_s", 60.0, "Seconds between status lines.", lower_bound=0.1,
+                     flag_values=flag_values)
 
 
-def run(main: Callable[[list[str]], Any]) -> None:
-  """absl's app.run(main) for an audioclf command: errors a user can fix end it in one line.
-
-  Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
-  on stderr and exits with status 1; set AUDIOCLF_TRACEBACK=1 to get its
-  traceback instead. Any other exception keeps its traceback.
-
-  TensorFlow gives its logger a handler of its own when it first logs before
-  app.run has installed absl's; records then print through both (every
-  Estimator message twice). Inside main, absl's handler alone prints them.
-  """
-  def main_with_one_log_handler(argv):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf_logger = tf.get_logger()
-    if tf_logger.propagate and std_logging.getLogger().handlers:
-      for handler in list(tf_logger.handlers):
-        tf_logger.removeHandler(handler)
-    try:
-      return main(argv)
-    except Exception as e:  # pylint: disable=broad-except
-      line = None if os.environ.get(TRACEBACK_ENV, "") not in ("", "0") else user_error(e)
-      if line is None:
-        raise
-    # Printed once the except block has dropped the traceback, and with it
-    # the frames that still hold the failed run's datasets and iterators.
-    print(f"audioclf: error: {line}", file=sys.stderr, flush=True)
-    return 1
-
-  app.run(main_with_one_log_handler)
+def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """audioclf launch's own flags (the training flags go to its tasks, after --). Idempotent."""
+  if "workers" in flag_values:
+    return
+  flags.DEFINE_integer("workers", 2, "Training tasks (the chief counts as one).", lower_bound=1,
+                       flag_values=flag_values)
+  flags.DEFINE_integer("ps", 0, "Parameter server tasks (the Estimator's cluster); 0 for "
+                       "Keras' MultiWorkerMirroredStrategy.", lower_bound=0,
+                       flag_values=flag_values)
+  flags.DEFINE_bool("evaluator", False, "Also run an evaluator task, which evaluates each "
+                    "checkpoint as it appears (the Estimator engine).", flag_values=flag_values)
+  flags.DEFINE_string("module", "audioclf.commands.train", "The module every task runs "
+                      "(python -m <module> <the flags after -->).", flag_values=flag_values)

@@ -13,12 +13,12 @@ so the service reads the cache with native ops only.
 from __future__ import annotations
 
 import os
-import socket
 from typing import Optional
 
 import tensorflow as tf
 
-from audioclf.manifest import DataError, Manifest
+from audioclf.data.manifest import DataError, Manifest
+from audioclf.data import store as store_lib
 from audioclf.params import DATA_SERVICE_ADDRESS, Params
 
 
@@ -31,27 +31,6 @@ def check_address(address: str) -> str:
   if not DATA_SERVICE_ADDRESS.match(address or ""):
     raise ValueError(f"a tf.data service address is grpc://host:port, got {address!r}")
   return address
-
-
-def dispatcher(port: int) -> tf.data.experimental.service.DispatchServer:
-  """A started dispatcher on `port` (0: any free one; see `.target`)."""
-  return tf.data.experimental.service.DispatchServer(
-      tf.data.experimental.service.DispatcherConfig(port=port))
-
-
-def worker(dispatcher_address: str, port: int = 0,
-           host: Optional[str] = None) -> tf.data.experimental.service.WorkerServer:
-  """A started worker that registers with `dispatcher_address` (host:port, no scheme).
-
-  Args:
-    dispatcher_address: where the dispatcher listens.
-    port: the worker's port (0: any free one).
-    host: the name trainers reach this worker by (default: this host's name);
-      the dispatcher hands it to them as is.
-  """
-  host = host or socket.gethostname()
-  return tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
-      dispatcher_address=dispatcher_address, worker_address=f"{host}:%port%", port=port))
 
 
 def distribute(dataset: tf.data.Dataset, address: str,
@@ -72,7 +51,6 @@ def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
   Paths are relative, so a dataset copied to another folder (or host) lists
   the same; fingerprints are of the content, so mtimes do not matter.
   """
-  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   examples = manifest.files(split)  # What the cache holds: no virtual _silence_ clips.
   fingerprints = store_lib.Store.for_params(params).fingerprints.of(examples)
   root = params.data_dir or os.path.dirname(os.path.abspath(params.manifest))
@@ -81,13 +59,11 @@ def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
 
 
 def _listing_path(params: Params, split: str) -> str:
-  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   return os.path.join(store_lib.Store.for_params(params).root, "served", f"{split}.tsv")
 
 
 def publish(params: Params, manifest: Manifest, split: str = "train") -> str:
   """Writes this worker's listing of `split` where trainers look for it (under the cache root)."""
-  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   path = _listing_path(params, split)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   store_lib.atomic_write(path, listing(params, manifest, split).encode())
@@ -115,7 +91,7 @@ def check_workers(params: Params, manifest: Manifest, split: str = "train") -> N
   except tf.errors.NotFoundError as e:
     raise DataError(f"a tf.data service worker of {params.data_service} has no {path}: it has "
                     "not filled the cache for this data, or uses another --cache_dir or decoding "
-                    "parameters (python -m audioclf.service worker --flagfile=<this run's>)") from e
+                    "parameters (python -m audioclf service worker --flagfile=<this run's>)") from e
   ours = dict(line.split("\t") for line in listing(params, manifest, split).splitlines())
   for text in theirs:
     other = dict(line.split("\t") for line in text.splitlines())

@@ -1,34 +1,25 @@
-"""python -m audioclf.evaluate --model_dir=runs/demo/keras [--split=test] [--data_dir=...]
-python -m audioclf.evaluate --saved_model=runs/demo/keras/export --data_dir=... [--split=test]
+"""Evaluation of a model_dir (either engine) or an exported SavedModel on one split, with its report.
 
-Evaluates the latest checkpoint of a model_dir from either engine, or an
-exported SavedModel, on one split: writes the evaluation report (audioclf.report)
-to <model_dir>/eval_<split>/, prints its per-class table, and prints loss and
-accuracy as one line of JSON last.
+`python -m audioclf evaluate` runs it (audioclf.commands.evaluate); the report
+(per-class metrics, confusion matrix, errors) is audioclf.deploy.report.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import app
-from absl import flags
 
-import audioclf
-from audioclf import cli
-from audioclf import manifest as manifest_lib
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
-from audioclf import report as report_lib
 from audioclf.compat import keras
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import store as store_lib
+from audioclf.data.pipeline import input_fn
+from audioclf.deploy import report as report_lib
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
-from audioclf.pipeline import input_fn
-
-FLAGS = flags.FLAGS
 
 
 def evaluate(model_dir: Optional[str], split: str = "validation",
@@ -91,7 +82,7 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
 
 def load_saved_model(path: str, params: Optional[Params] = None
                      ) -> tuple[Callable[[np.ndarray], np.ndarray], Params, list[str]]:
-  """An exported SavedModel (audioclf.export) as (predict, params, labels).
+  """An exported SavedModel (audioclf export) as (predict, params, labels).
 
   Its params come from `params`, else the params.json export writes beside it;
   its labels from its own `label_names` output.
@@ -125,7 +116,6 @@ def _decoded(params: Params, examples, delivered: int) -> Optional[np.ndarray]:
   """
   if delivered == len(examples):
     return None
-  from audioclf.data import store as store_lib  # pylint: disable=g-import-not-at-top
   store = store_lib.Store.for_params(params)
   files = [e for e in examples if not e.virtual]  # The cache's rows; _silence_ clips follow.
   split = store.open(store.split_base(store.fingerprints.of(files)), len(files),
@@ -133,26 +123,3 @@ def _decoded(params: Params, examples, delivered: int) -> Optional[np.ndarray]:
   if split is None:
     return None
   return np.concatenate([split.lengths > 0, np.ones(len(examples) - len(files), bool)])
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  results = evaluate(FLAGS.model_dir, FLAGS.split, cli.params_for_model_dir(),
-                     saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir)
-  report = results.pop("report")
-  print(report.pop("text"), flush=True)
-  print(f"report: {results['report_dir']}", flush=True)
-  print(model_dir_lib.summary_line(results), flush=True)
-
-
-def run():
-  cli.define_model_dir_flags()
-  flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
-  cli.run(main)
-
-
-sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
-
-if __name__ == "__main__":
-  run()

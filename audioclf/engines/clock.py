@@ -8,7 +8,7 @@ Only the time between `begin_step` and `end_step` counts, so evaluation,
 checkpoints and graph building between steps never dilute the figure. The
 first `warmup_steps` are left out: they trace the step function, start thread
 pools and fill the input pipeline's buffers (the Estimator's first ten steps
-run at a third of its speed). The input-stall meter (audioclf.stall) times
+run at a third of its speed). The input-stall meter (audioclf.engines.stall) times
 its steps with one of these, too. Keras runs drive clocks from
 audioclf.engines.keras_loop, Estimators from `EstimatorClockHook`.
 """

@@ -1,31 +1,21 @@
-"""python -m audioclf.export --model_dir=runs/demo/keras [--export_dir=runs/demo/keras/export]
-python -m audioclf.export --model_dir=runs/demo/keras --format=tflite [--quantize=none,int8]
+"""A model_dir (either engine) as a SavedModel whose serving signature takes raw audio.
 
-Writes a SavedModel of a model_dir from either engine whose serving signature
-takes raw audio: float32 waveforms [batch, clip_samples] at sample_rate; or,
-with --format=tflite, TensorFlow Lite models that take the same (audioclf.tflite),
-checked against the Keras model on the test split.
+`python -m audioclf export` runs it (audioclf.commands.export); `--format=tflite`
+goes to audioclf.deploy.tflite instead.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from typing import Optional, Sequence
 
 import tensorflow as tf
-from absl import app
-from absl import flags
 
-import audioclf
-from audioclf import cli
-from audioclf import model_dir as model_dir_lib
-from audioclf import models
 from audioclf.compat import keras
-from audioclf.models import INPUT_NAME
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model.build import INPUT_NAME
 from audioclf.params import Params
-
-FLAGS = flags.FLAGS
 
 
 class Classifier(tf.Module):
@@ -59,7 +49,7 @@ def export(model_dir: str, export_dir: Optional[str] = None,
   clip_samples] at params.sample_rate (the log-mel front end is inside), and
   returns `probabilities` float32 [batch, classes], `label_names` string
   [batch, classes] and `label` string [batch]. The run's params.json goes
-  beside it (python -m audioclf.evaluate --saved_model reads it).
+  beside it (python -m audioclf evaluate --saved_model reads it).
 
   Args:
     model_dir: a folder either engine trained.
@@ -77,29 +67,3 @@ def export(model_dir: str, export_dir: Optional[str] = None,
   with open(os.path.join(export_dir, model_dir_lib.PARAMS_FILE), "w") as f:
     f.write(params.to_json() + "\n")
   return export_dir
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if FLAGS.format == "tflite":
-    from audioclf import tflite  # pylint: disable=g-import-not-at-top
-    result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, cli.params_for_model_dir(),
-                           FLAGS.quantize, FLAGS.calibration_clips)
-    print(tflite.table(result), flush=True)
-    print(model_dir_lib.summary_line(result), flush=True)
-    return
-  path = export(FLAGS.model_dir, FLAGS.export_dir, cli.params_for_model_dir())
-  print(model_dir_lib.summary_line({"model_dir": FLAGS.model_dir, "export_dir": path}), flush=True)
-
-
-def run():
-  cli.define_model_dir_flags()
-  flags.mark_flag_as_required("model_dir")
-  cli.run(main)
-
-
-sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
-
-if __name__ == "__main__":
-  run()

@@ -22,8 +22,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from audioclf.clock import StepClock
 from audioclf.compat import keras
+from audioclf.engines.clock import StepClock
 
 
 class StallMeter:

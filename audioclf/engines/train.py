@@ -1,23 +1,18 @@
-"""python -m audioclf.train --flagfile=flags/demo.flags --engine=keras|estimator
+"""train(): one training run as `params` describe it, with the engine it names, into model_dir.
 
-Trains `params.model` with either engine into --model_dir (resuming what is
-there), and prints the final metrics as one line of JSON, last on stdout.
+`python -m audioclf train` runs it (audioclf.commands.train); `audioclf.train(params)`
+is the same from Python.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
-from absl import app
-
-import audioclf
-from audioclf import cli
-from audioclf import cluster as cluster_lib
 from audioclf import engines
-from audioclf import manifest as manifest_lib
-from audioclf import model_dir as model_dir_lib
+from audioclf.data import manifest as manifest_lib
+from audioclf.distributed import cluster as cluster_lib
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
 
 
@@ -74,21 +69,3 @@ def train(params: Params) -> dict[str, Any]:
   if chief:
     model_dir_lib.write_metrics(params.model_dir, metrics)
   return metrics
-
-
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  metrics = train(cli.params_from_flags())
-  print(model_dir_lib.summary_line(metrics), flush=True)
-
-
-def run():
-  cli.define_flags()
-  cli.run(main)
-
-
-sys.modules[__name__].__class__ = audioclf.CommandModule  # See CommandModule.
-
-if __name__ == "__main__":
-  run()

@@ -1,0 +1,93 @@
+"""How every audioclf command runs: absl's app.run, with a user's mistake ended in one line."""
+
+from __future__ import annotations
+
+import logging as std_logging
+import os
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from absl import app
+
+from audioclf.params import ParamError
+
+# Set to 1 to see the traceback of an error that a command would report as one line.
+TRACEBACK_ENV = "AUDIOCLF_TRACEBACK"
+
+
+def user_error(error: BaseException) -> Optional[str]:
+  """The one line that tells a user what to fix, for an error that needs no traceback; else None.
+
+  Those are invalid params, an unusable data source or model_dir, a bad audio
+  file and a file the system refuses (missing, unreadable, disk full). A bad
+  file found inside the tf.data pipeline arrives as TensorFlow's error, its
+  message holding the BadAudioError's text under TensorFlow's frames; the
+  file and the reason are read back from it.
+  """
+  # Imported here, not at the top: `--help` needs no TensorFlow, and by the
+  # time a command fails, TensorFlow is loaded anyway.
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+
+  from audioclf.data import decode, manifest
+  from audioclf.model import model_dir
+  # pylint: enable=g-import-not-at-top
+
+  if isinstance(error, tf.errors.OpError):
+    error = decode.BadAudioError.from_text(error.message) or error
+  if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
+                        decode.BadAudioError, OSError)):
+    return str(error).removeprefix("audioclf: ")
+  return None
+
+
+def help_text(doc: str) -> str:
+  """A command's help: its docstring, then the flags it defined (all live in commands/flags.py)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  return f"{doc.strip()}\n\nflags:\n{flags.FLAGS.module_help('audioclf.commands.flags')}"
+
+
+def exit_if_help(argv: Sequence[str], doc: str) -> None:
+  """Prints the help and exits 0 when `argv` asks for it (before any `--`)."""
+  args = list(argv[1:])
+  args = args[:args.index("--")] if "--" in args else args
+  if any(a in ("-h", "--help", "-?", "--helpshort") for a in args):
+    print(help_text(doc), flush=True)
+    raise SystemExit(0)
+
+
+def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
+        doc: str = "") -> None:
+  """absl's app.run(main, argv) for an audioclf command: errors a user can fix end it in one line.
+
+  `--help` prints `doc` (the command module's docstring) and the command's
+  flags, and exits 0.
+
+  Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
+  on stderr and exits with status 1; set AUDIOCLF_TRACEBACK=1 to get its
+  traceback instead. Any other exception keeps its traceback.
+
+  TensorFlow gives its logger a handler of its own when it first logs before
+  app.run has installed absl's; records then print through both (every
+  Estimator message twice). Inside main, absl's handler alone prints them.
+  """
+  def main_with_one_log_handler(argv):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf_logger = tf.get_logger()
+    if tf_logger.propagate and std_logging.getLogger().handlers:
+      for handler in list(tf_logger.handlers):
+        tf_logger.removeHandler(handler)
+    try:
+      return main(argv)
+    except Exception as e:  # pylint: disable=broad-except
+      line = None if os.environ.get(TRACEBACK_ENV, "") not in ("", "0") else user_error(e)
+      if line is None:
+        raise
+    # Printed once the except block has dropped the traceback, and with it
+    # the frames that still hold the failed run's datasets and iterators.
+    print(f"audioclf: error: {line}", file=sys.stderr, flush=True)
+    return 1
+
+  argv = list(sys.argv if argv is None else argv)
+  exit_if_help(argv, doc)
+  app.run(main_with_one_log_handler, argv=argv)

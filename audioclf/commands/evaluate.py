@@ -1,0 +1,42 @@
+"""audioclf evaluate: a model_dir's latest checkpoint, or an exported SavedModel, on one split.
+
+  python -m audioclf evaluate --model_dir=runs/demo/current/keras [--split=test] [--data_dir=...]
+  python -m audioclf evaluate --saved_model=runs/demo/current/keras/export --split=test
+
+Writes the evaluation report (audioclf.deploy.report) to <model_dir>/eval_<split>/,
+prints its per-class table, and loss and accuracy as one line of JSON last.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from absl import app, flags
+
+from audioclf.commands import cli
+from audioclf.commands import flags as command_flags
+from audioclf.deploy.evaluate import evaluate
+from audioclf.model import model_dir
+
+FLAGS = flags.FLAGS
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  results = evaluate(FLAGS.model_dir, FLAGS.split, command_flags.params_for_model_dir(),
+                     saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir)
+  report = results.pop("report")
+  print(report.pop("text"), flush=True)
+  print(f"report: {results['report_dir']}", flush=True)
+  print(model_dir.summary_line(results), flush=True)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  command_flags.define_model_dir_flags()
+  flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
+  cli.run(main, argv, __doc__)
+
+
+if __name__ == "__main__":
+  run()

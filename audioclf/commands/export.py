@@ -1,0 +1,46 @@
+"""audioclf export: a model_dir as a SavedModel, or as TensorFlow Lite models checked against it.
+
+  python -m audioclf export --model_dir=runs/demo/current/keras [--export_dir=...]
+  python -m audioclf export --model_dir=runs/demo/current/keras --format=tflite [--quantize=int8]
+
+Both take raw audio: float32 waveforms [batch, clip_samples] at sample_rate
+(audioclf.deploy.export, audioclf.deploy.tflite). Prints one line of JSON last.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from absl import app, flags
+
+from audioclf.commands import cli
+from audioclf.commands import flags as command_flags
+from audioclf.deploy import export as export_lib
+from audioclf.deploy import tflite
+from audioclf.model import model_dir
+
+FLAGS = flags.FLAGS
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  params = command_flags.params_for_model_dir()
+  if FLAGS.format == "tflite":
+    result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, params, FLAGS.quantize,
+                           FLAGS.calibration_clips)
+    print(tflite.table(result), flush=True)
+  else:
+    path = export_lib.export(FLAGS.model_dir, FLAGS.export_dir, params)
+    result = {"model_dir": FLAGS.model_dir, "export_dir": path}
+  print(model_dir.summary_line(result), flush=True)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  command_flags.define_model_dir_flags()
+  flags.mark_flag_as_required("model_dir")
+  cli.run(main, argv, __doc__)
+
+
+if __name__ == "__main__":
+  run()

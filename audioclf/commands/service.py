@@ -1,0 +1,65 @@
+r"""audioclf service dispatcher|worker: tf.data service servers for audioclf training.
+
+  # On one host (any; it does little work):
+  python -m audioclf service dispatcher --port=5050
+  # On each input host, with the data and the same --cache_dir path as the trainer:
+  python -m audioclf service worker --dispatcher=dispatcher-host:5050 --port=5051 \
+      --flagfile=flags/demo.flags
+  # On the training host:
+  python -m audioclf train --flagfile=flags/demo.flags --data_service=grpc://dispatcher-host:5050
+
+A worker fills its cache for the flagfile's train split before it registers,
+so it never serves a half-filled cache. Both print a status line every
+--status_every_s seconds and end cleanly (exit 0) on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from absl import app, flags
+
+from audioclf.commands import cli
+from audioclf.commands import flags as command_flags
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import pipeline
+from audioclf.data import service as data_service
+from audioclf.distributed import servers
+
+FLAGS = flags.FLAGS
+ROLES = ("dispatcher", "worker")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) != 2 or argv[1] not in ROLES:
+    raise app.UsageError(f"say which server to run: one of {ROLES}, got {argv[1:]}")
+  if argv[1] == "dispatcher":
+    server = servers.dispatcher(FLAGS.port)
+    stop = servers.stop_on_signals()
+    print(f"dispatcher listening at {server.target}", flush=True)
+    servers.serve(server, lambda: f"dispatcher {server.target}: {server._num_workers()} workers",  # pylint: disable=protected-access
+                  stop, FLAGS.status_every_s)
+    return
+  if not FLAGS.dispatcher:
+    raise app.UsageError("a worker needs --dispatcher=host:port")
+  params = command_flags.params_from_flags()
+  manifest = manifest_lib.load(params)
+  # Fill first: a worker serves a complete cache or nothing.
+  decoded = pipeline.fill_cache(params, manifest, splits=("train",))
+  listing = data_service.publish(params, manifest)
+  print(f"cache ready ({decoded} files decoded) for {params.data_dir or params.manifest}; "
+        f"listed in {listing}", flush=True)
+  server = servers.worker(FLAGS.dispatcher, FLAGS.port, FLAGS.worker_host)
+  stop = servers.stop_on_signals()
+  print(f"worker registered with {FLAGS.dispatcher}", flush=True)
+  servers.serve(server, lambda: f"worker of {FLAGS.dispatcher}: {server._num_tasks()} tasks",  # pylint: disable=protected-access
+                stop, FLAGS.status_every_s)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  command_flags.define_service_flags()
+  cli.run(main, argv, __doc__)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,34 @@
+"""audioclf train: trains a model into --model_dir, resuming what is there.
+
+  python -m audioclf train --flagfile=flags/demo.flags [--engine=keras|estimator]
+
+Prints the final metrics as one line of JSON, last on stdout (audioclf.train
+does the same from Python).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from absl import app
+
+from audioclf.commands import cli
+from audioclf.commands import flags as command_flags
+from audioclf.engines.train import train
+from audioclf.model import model_dir
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  metrics = train(command_flags.params_from_flags())
+  print(model_dir.summary_line(metrics), flush=True)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  command_flags.define_flags()
+  cli.run(main, argv, __doc__)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,34 @@
+"""audioclf tune: a keras-tuner search over audioclf's own model builder and warm input_fn.
+
+  python -m audioclf tune --flagfile=flags/tune.flags
+
+What a search leaves in --tune_dir is in audioclf.tuning.search; a rerun with
+the same folder resumes it. Prints the table of trials, then one line of JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from absl import app
+
+from audioclf.commands import cli
+from audioclf.commands import flags as command_flags
+from audioclf.model import model_dir
+from audioclf.tuning.search import tune
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  summary = tune(command_flags.params_from_flags())
+  print(model_dir.summary_line(summary), flush=True)
+
+
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  command_flags.define_flags()
+  cli.run(main, argv, __doc__)
+
+
+if __name__ == "__main__":
+  run()

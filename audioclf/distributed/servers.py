@@ -1,0 +1,74 @@
+"""tf.data service servers: a dispatcher and workers, started, and served until a signal stops them.
+
+Which batches the workers make, and how a trainer reads them, is the data
+layer's business (audioclf.data.service); this is the servers' lifecycle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+STOP_GRACE_S = 15.0  # How long a server may take to stop once told to.
+
+
+def dispatcher(port: int) -> tf.data.experimental.service.DispatchServer:
+  """A started dispatcher on `port` (0: any free one; see `.target`)."""
+  return tf.data.experimental.service.DispatchServer(
+      tf.data.experimental.service.DispatcherConfig(port=port))
+
+
+def worker(dispatcher_address: str, port: int = 0,
+           host: Optional[str] = None) -> tf.data.experimental.service.WorkerServer:
+  """A started worker that registers with `dispatcher_address` (host:port, no scheme).
+
+  Args:
+    dispatcher_address: where the dispatcher listens.
+    port: the worker's port (0: any free one).
+    host: the name trainers reach this worker by (default: this host's name);
+      the dispatcher hands it to them as is.
+  """
+  host = host or socket.gethostname()
+  return tf.data.experimental.service.WorkerServer(tf.data.experimental.service.WorkerConfig(
+      dispatcher_address=dispatcher_address, worker_address=f"{host}:%port%", port=port))
+
+
+def stop_on_signals() -> threading.Event:
+  """An event that SIGTERM or SIGINT sets from now on.
+
+  Call it before the line that says a server is up: whoever reads that line
+  may signal at once (the handlers used to come after it, and a quick
+  SIGTERM killed the process before it could stop its server).
+  """
+  stop = threading.Event()
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, lambda *_: stop.set())
+  return stop
+
+
+def serve(server, status: Callable[[], str], stop: threading.Event,
+          status_every_s: float = 60.0) -> None:
+  """Prints status() every `status_every_s` until `stop` is set (a signal), then stops `server`.
+
+  Waits in slices of a fraction of a second: the signal may land on one of
+  TensorFlow's threads, and Python runs its handler only once the main
+  thread wakes up.
+  """
+  start = last = time.monotonic()
+  while not stop.wait(0.2):
+    if time.monotonic() - last >= status_every_s:
+      last = time.monotonic()
+      print(f"{status()}; up {last - start:.0f} s", flush=True)
+  # WorkerServer.stop can wait for ever once its dispatcher is gone (seen here:
+  # workers alive 12 minutes after SIGTERM): the process ends regardless.
+  watchdog = threading.Timer(STOP_GRACE_S, os._exit, args=(0,))
+  watchdog.daemon = True
+  watchdog.start()
+  server.stop()
+  print("stopped", flush=True)

@@ -1,0 +1,97 @@
+"""migrate(): a legacy model_dir as the current stack's Keras engine would write it, whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+import tensorflow as tf
+
+from audioclf import compat
+from audioclf.migration.checkpoint import LegacyCheckpoint, MigrationError, find_checkpoint
+from audioclf.migration.optimizer import ORDERED_SLOTS, assign_optimizer_state
+from audioclf.migration.weights import assign_weights
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
+
+
+def migrate(from_model_dir: str, to_model_dir: str,
+            carry_optimizer_state: bool = True) -> dict[str, Any]:
+  """Writes to_model_dir: from_model_dir's legacy model, as the current stack's Keras engine would.
+
+  Args:
+    from_model_dir: a model_dir the legacy stack wrote, with either engine.
+    to_model_dir: a folder that does not exist yet, or is empty.
+    carry_optimizer_state: False leaves the optimizer's slots fresh (at the
+      carried step), as a new optimizer would start; for comparisons.
+
+  Returns:
+    The migration record, also kept in to_model_dir's params.json under
+    "migration": from_model_dir, from_engine, from_stack, checkpoint, steps,
+    weights (values carried), optimizer, optimizer_state ("carried", "fresh"
+    or "partial"), not_carried (sentences), to_model_dir.
+
+  Raises:
+    MigrationError: not on the current stack; from_model_dir is not a legacy
+      model_dir or has no checkpoint; to_model_dir is not empty; the
+      checkpoint does not fit the model its params.json describes.
+  """
+  if not compat.KERAS3:
+    raise MigrationError(f"audioclf migrate writes Keras 3 model_dirs: run it on "
+                         f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
+  if not os.path.isdir(from_model_dir):
+    raise MigrationError(f"--from_model_dir {from_model_dir!r} is not a folder")
+  try:
+    saved = model_dir_lib.read_params(from_model_dir)
+    labels = model_dir_lib.read_labels(from_model_dir)
+    stack = model_dir_lib.written_by(from_model_dir)
+  except model_dir_lib.ModelDirError as e:
+    raise MigrationError(f"--from_model_dir: {e}") from e
+  if int(stack["keras"]) != 2:
+    raise MigrationError(f"{from_model_dir!r} was written by the {stack['name']} stack (Keras "
+                         f"{stack['keras']}): it needs no migration")
+  if os.path.exists(to_model_dir) and (not os.path.isdir(to_model_dir) or os.listdir(to_model_dir)):
+    raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
+                         "model_dir and overwrites nothing; choose a new folder")
+  legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
+
+  params = saved.replace(engine="keras", model_dir=to_model_dir)
+  model = models.compile_model(models.build_model(params, len(labels)), params)
+  names = assign_weights(model, legacy)
+  not_carried = assign_optimizer_state(model, legacy, names, params.optimizer,
+                                       slots=carry_optimizer_state)
+  if carry_optimizer_state and legacy.slots is None and ORDERED_SLOTS.get(params.optimizer):
+    not_carried.append(f"the checkpoint holds no {params.optimizer} state")
+  record = {
+      "from_model_dir": os.path.abspath(from_model_dir),
+      "from_engine": saved.engine,
+      "from_stack": stack,
+      "checkpoint": os.path.basename(legacy.path),
+      "steps": legacy.step,
+      "weights": len(names),
+      "optimizer": params.optimizer,
+      "optimizer_state": ("carried" if not not_carried else
+                          "fresh" if not carry_optimizer_state or legacy.slots is None else
+                          "partial"),
+      "not_carried": not_carried,
+      "learning_rate": f"{params.lr_schedule}, from params.json"
+                       + (" (a function of the carried step)" if params.lr_schedule != "constant"
+                          else ""),
+  }
+  # Written beside the target and renamed into place: a failure leaves no half model_dir.
+  parent = os.path.dirname(os.path.abspath(to_model_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".migrate-", dir=parent)
+  try:
+    model_dir_lib.prepare(params.replace(model_dir=tmp), labels)
+    model_dir_lib.write_params(tmp, params, migration=record)
+    model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), tmp).save(
+        checkpoint_number=legacy.step)
+    if os.path.isdir(to_model_dir):
+      os.rmdir(to_model_dir)  # Empty, checked above.
+    os.rename(tmp, to_model_dir)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return {**record, "to_model_dir": to_model_dir}

@@ -1,0 +1,152 @@
+"""The parity report: the legacy and the migrated model on the same held-out clips, side by side."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from audioclf.data import manifest as manifest_lib
+from audioclf.deploy import predict as predict_lib
+from audioclf.migration.checkpoint import MigrationError
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.params import Params
+
+LEGACY_PROBABILITIES_FILE = "legacy_probabilities.npz"  # What --report keeps in to_model_dir.
+
+
+def legacy_python() -> Optional[str]:
+  """The legacy stack's Python: $AUDIOCLF_LEGACY_PYTHON or the checkout's .venv-legacy, or None."""
+  path = os.environ.get("AUDIOCLF_LEGACY_PYTHON")
+  if path:
+    return path
+  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  path = os.path.join(checkout, ".venv-legacy", "bin", "python")
+  return path if os.path.isfile(path) else None
+
+
+def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str], out: str,
+                         params: Optional[Params] = None, timeout: float = 600) -> None:
+  """Runs `python -m audioclf predict --save_probabilities=out` with the legacy stack's Python.
+
+  This checkout's audioclf is put first on the subprocess's path, so both
+  stacks run the same code.
+
+  Raises:
+    MigrationError: the legacy run failed (its stderr's end in the message).
+  """
+  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (checkout, os.environ.get("PYTHONPATH")) if p))
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  overrides = []
+  if params is not None:
+    overrides = [f"--batch_size={params.batch_size}", f"--on_bad_file={params.on_bad_file}"]
+  cmd = [python, "-m", "audioclf", "predict", f"--model_dir={from_model_dir}",
+         f"--save_probabilities={out}", *overrides, "--", *files]
+  proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+  if proc.returncode != 0 or not os.path.isfile(out):
+    raise MigrationError(f"the legacy model's predictions failed ({python} -m audioclf predict, "
+                         f"exit {proc.returncode}): {proc.stderr[-2000:]}")
+
+
+def per_class_accuracy(probs: np.ndarray, truth: np.ndarray, labels: Sequence[str]
+                       ) -> dict[str, Optional[float]]:
+  """Accuracy on the clips of each class (None for a class without clips)."""
+  predicted = np.argmax(probs, axis=1)
+  return {label: (float(np.mean(predicted[truth == i] == i)) if np.any(truth == i) else None)
+          for i, label in enumerate(labels)}
+
+
+def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Params] = None,
+                  split: str = "validation", probabilities_file: Optional[str] = None,
+                  python: Optional[str] = None) -> dict[str, Any]:
+  """The legacy and the migrated model on the same held-out clips, side by side.
+
+  Args:
+    from_model_dir: the legacy model_dir.
+    to_model_dir: its migration.
+    params: the data to take clips and true labels from, and the batch size
+      (default to_model_dir's params.json).
+    split: the split whose clips are compared, unless probabilities_file is given.
+    probabilities_file: what `audioclf predict --save_probabilities` wrote on
+      the legacy stack: its clips are compared.
+    python: the legacy stack's Python, run to compute the legacy
+      probabilities when no file is given (default `legacy_python()`).
+
+  Returns:
+    {"clips", "split", "labels", "legacy_accuracy", "migrated_accuracy",
+    "legacy_per_class", "migrated_per_class", "max_abs_difference",
+    "same_prediction" (share of clips whose top class agrees), "legacy_source"}.
+
+  Raises:
+    MigrationError: no source of legacy probabilities, a failed legacy run, or
+      clips the data does not hold.
+  """
+  params = params or model_dir_lib.read_params(to_model_dir)
+  labels = model_dir_lib.read_labels(to_model_dir)
+  manifest = manifest_lib.load(params)
+  truth_of = {os.path.realpath(e.path): e.label for s in ("train", "validation", "test")
+              for e in manifest.split(s)}
+  if probabilities_file is None:
+    python = python or legacy_python()
+    if not python:
+      raise MigrationError(
+          "--report needs the legacy model's probabilities from the legacy stack: give "
+          "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
+          "--legacy_probabilities=<a file `python -m audioclf predict --save_probabilities=` "
+          "wrote there>")
+    files = [e.path for e in manifest.split(split)]
+    if not files:
+      raise MigrationError(f"the {split} split of {params.data_dir or params.manifest!r} is empty")
+    probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
+    legacy_probabilities(python, from_model_dir, files, probabilities_file, params)
+    source = f"{python} -m audioclf predict"
+  else:
+    source = probabilities_file
+    split = None
+  files, legacy, legacy_labels = predict_lib.load_probabilities(probabilities_file)
+  if legacy_labels != labels:
+    raise MigrationError(f"{probabilities_file!r} is of a model with labels {legacy_labels}, "
+                         f"{to_model_dir!r} has {labels}")
+  unknown = [f for f in files if os.path.realpath(f) not in truth_of]
+  if unknown:
+    raise MigrationError(f"{len(unknown)} clips of {probabilities_file!r} are not in the data "
+                         f"{params.data_dir or params.manifest!r}, e.g. {unknown[0]!r}")
+  migrated_files, migrated, _ = predict_lib.probabilities(
+      to_model_dir, files, params.replace(on_bad_file="fail"))
+  truth = np.array([labels.index(truth_of[os.path.realpath(f)]) for f in files])
+  legacy_per_class = per_class_accuracy(legacy, truth, labels)
+  migrated_per_class = per_class_accuracy(migrated, truth, labels)
+  return {
+      "clips": len(files),
+      "split": split,
+      "labels": labels,
+      "legacy_accuracy": float(np.mean(np.argmax(legacy, 1) == truth)),
+      "migrated_accuracy": float(np.mean(np.argmax(migrated, 1) == truth)),
+      "legacy_per_class": legacy_per_class,
+      "migrated_per_class": migrated_per_class,
+      "max_abs_difference": float(np.max(np.abs(legacy - migrated))),
+      "same_prediction": float(np.mean(np.argmax(legacy, 1) == np.argmax(migrated, 1))),
+      "legacy_source": source,
+  }
+
+
+def report_table(report: dict[str, Any]) -> str:
+  """The parity report as a plain-text table: one row per class, then the totals."""
+  def cell(value):
+    return f"{value:9.3f}" if value is not None else f"{'-':>9s}"
+
+  width = max(len("class"), *(len(label) for label in report["labels"]))
+  lines = [f"{'class':<{width}s} {'legacy':>9s} {'migrated':>9s}"]
+  for label in report["labels"]:
+    lines.append(f"{label:<{width}s} {cell(report['legacy_per_class'][label])} "
+                 f"{cell(report['migrated_per_class'][label])}")
+  lines.append(f"{'all':<{width}s} {cell(report['legacy_accuracy'])} "
+               f"{cell(report['migrated_accuracy'])}")
+  lines.append(f"{report['clips']} clips; max |p_legacy - p_migrated| = "
+               f"{report['max_abs_difference']:.3g}; same top class on "
+               f"{100 * report['same_prediction']:.1f}%")
+  return "\n".join(lines)

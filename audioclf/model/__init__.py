@@ -1,0 +1,6 @@
+"""The model: its front end, its builders, and what a training run leaves in model_dir.
+
+  features.py   the log-mel front end and SpecAugment, as Keras layers (raw audio in)
+  build.py      build_model, compile_model: the one model of every engine, the tuner and export
+  model_dir.py  labels.txt, params.json, checkpoints: writing them, checking them, loading a model
+"""
