@@ -1,4 +1,4 @@
-"""The frozen parameters every part of audioclf reads, and the one check of every value."""
+"""Params: every setting of a run, each field's type, default, help and rule written once."""
 
 from __future__ import annotations
 
@@ -13,19 +13,13 @@ from typing import Any, Iterator, Optional
 
 MODES = ("train", "eval", "infer")  # The strings of tf.estimator.ModeKeys.
 SPLITS = ("train", "validation", "test")
-BAD_FILE_POLICIES = ("fail", "skip")
-RESAMPLE_QUALITIES = ("QQ", "LQ", "MQ", "HQ", "VHQ")  # soxr's recipes.
-LR_SCHEDULES = ("constant", "cosine")
-# The names of registries that live next to TensorFlow code (models.MODELS,
-# models' optimizers, engines.ENGINES, tune's tuners), spelled here so that
-# a typo fails in Params.validate without importing TensorFlow; a test keeps
-# each registry and its names equal.
-MODEL_NAMES = ("cnn", "ds_cnn")
-OPTIMIZER_NAMES = ("adam", "sgd", "rmsprop")
-ENGINE_NAMES = ("keras", "estimator")
-STRATEGIES = ("auto", "mirrored")
+# Name -> the Keras optimizer class (the same name in Keras 2 and 3): the one list of optimizers.
+OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
+# The engines; each is the module audioclf.engines.<name>_engine (audioclf.engines.get).
+ENGINES = ("keras", "estimator")
+# Name -> keras-tuner's tuner class: the one list of tuners (audioclf.tuning.tuners).
+TUNERS = {"random": "RandomSearch", "hyperband": "Hyperband", "bayesian": "BayesianOptimization"}
 DATA_SERVICE_ADDRESS = re.compile(r"^grpc://[^:/\s]+:\d+$")
-TUNER_NAMES = ("random", "hyperband", "bayesian")
 MAX_CLIP_SECONDS = 600
 
 
@@ -34,139 +28,8 @@ class ParamError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Params:
-  """Everything a run needs; built from absl flags or directly in Python.
-
-  Library code takes a `Params`, never absl's FLAGS, so audioclf imports
-  cleanly in notebooks, tests and the tuner. Use `dataclasses.replace` (or
-  `params.replace(...)`) to derive variants.
-  """
-
-  # --- Data source: a folder per label (Speech Commands layout) or a CSV manifest.
-  data_dir: Optional[str] = None
-  manifest: Optional[str] = None
-  validation_percent: float = 10.0  # Used only where no list/CSV split says otherwise.
-  testing_percent: float = 10.0
-  # The classes (Speech Commands' 12-class task): with wanted_words, the other
-  # labels' clips become _unknown_, sampled to unknown_percent of each split's
-  # wanted-word clips, and silence_percent adds _silence_ clips (zeros plus
-  # background noise). Empty: every label is a class, as found.
-  wanted_words: tuple[str, ...] = ()
-  unknown_percent: float = 0.0
-  silence_percent: float = 0.0
-
-  # --- Decoding and the persistent cache.
-  sample_rate: int = 16000
-  clip_seconds: float = 1.0
-  cache_dir: Optional[str] = None  # None: $AUDIOCLF_CACHE_DIR, else ~/.cache/audioclf.
-  on_bad_file: str = "fail"  # "fail" | "skip"
-  resample_quality: str = "HQ"  # soxr quality: "QQ", "LQ", "MQ", "HQ", "VHQ".
-
-  # --- Pipeline.
-  batch_size: int = 64
-  shuffle_seed: Optional[int] = 0  # None: a different file order every run.
-  time_shift_seconds: float = 0.1  # Train only: random shift of the clip window.
-  # Train only: the chance to mix noise into an example: an excerpt of a
-  # background recording (noise_dir, else <data_dir>/_background_noise_), or
-  # white noise where there is none.
-  noise_prob: float = 0.0
-  noise_snr_db: tuple[float, ...] = (20.0, 20.0)  # min,max of its uniform level; "20" is 20,20.
-  noise_dir: Optional[str] = None
-
-  # --- Features (computed inside the model, so every path takes raw audio).
-  n_mels: int = 40
-  frame_ms: float = 30.0
-  stride_ms: float = 10.0
-  fmin: float = 20.0
-  fmax: float = 7600.0
-  spec_augment: bool = True
-
-  # --- Model.
-  model: str = "cnn"
-  width: int = 64
-  dropout: float = 0.2
-
-  # --- Training.
-  engine: str = "keras"  # "keras" | "estimator"
-  model_dir: Optional[str] = None
-  train_steps: int = 1000
-  eval_every_steps: int = 0  # 0: once, at the end (Keras: per epoch of this size).
-  learning_rate: float = 1e-3
-  lr_schedule: str = "constant"  # "constant" | "cosine" (decays to 0 at train_steps)
-  optimizer: str = "adam"
-  seed: int = 0
-  log_every_steps: int = 50
-  # Where training batches are copied while the step before them runs:
-  # "auto" (the first GPU when TensorFlow sees one, else nowhere), "none", or a device name.
-  prefetch_device: str = "auto"
-  # Keras engine: "auto" (MultiWorkerMirroredStrategy when TF_CONFIG names
-  # several workers, else one device) or "mirrored" (every GPU of this host,
-  # or its logical CPUs).
-  strategy: str = "auto"
-  # grpc://host:port of a tf.data service dispatcher (python -m audioclf service):
-  # training batches come from its workers. None: from this host's pipeline.
-  data_service: Optional[str] = None
-
-  # --- Hyperparameter search (python -m audioclf tune).
-  tuner: str = "random"  # "random" | "hyperband" | "bayesian"
-  max_trials: int = 10
-  tune_dir: Optional[str] = None  # keras-tuner project; None: <model_dir>/tune.
-  trial_steps: int = 200  # Training steps per trial (Hyperband: the largest budget).
-  trial_epochs: int = 4  # A trial is this many epochs of trial_steps/trial_epochs (Hyperband: max_epochs).
-
-  def __post_init__(self):
-    # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
-    for name, item in _ITEMS.items():
-      object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
-
-  def replace(self, **changes: Any) -> "Params":
-    return dataclasses.replace(self, **changes)
-
-  @property
-  def clip_samples(self) -> int:
-    return int(round(self.clip_seconds * self.sample_rate))
-
-  def validate(self) -> "Params":
-    """Checks every field against RULES, then the limits that join fields.
-
-    Returns:
-      self, for chaining.
-
-    Raises:
-      ParamError: the first value that cannot work, as "--name=value: must be
-        <the allowed range or choices>".
-    """
-    for field in dataclasses.fields(self):
-      value = getattr(self, field.name)
-      problem = RULES[field.name].problem(value, _TYPES[field.name], _ITEMS.get(field.name))
-      if problem:
-        raise ParamError(f"--{field.name}={flag_value(value)}: {problem}")
-    problem = next(_joint_problems(self), None)
-    if problem:
-      raise ParamError(problem)
-    return self
-
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  def to_json(self) -> str:
-    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-  @classmethod
-  def from_dict(cls, values: dict[str, Any]) -> "Params":
-    """Builds Params from a dict, ignoring keys this version does not know."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-  @classmethod
-  def from_json(cls, path: str) -> "Params":
-    with open(path) as f:
-      return cls.from_dict(json.load(f))
-
-
-@dataclasses.dataclass(frozen=True)
 class Rule:
-  """What one field accepts besides its type: bounds (inclusive ge/le, exclusive gt/lt) or choices."""
+  """What a field accepts besides its type: bounds (inclusive ge/le, exclusive gt/lt) or choices."""
 
   ge: Optional[float] = None
   gt: Optional[float] = None
@@ -215,58 +78,198 @@ class Rule:
 
 
 _SEED = Rule(ge=0, le=2**32 - 1, why="numpy's seed range")
-_ANY = Rule()
 
-# Every field of Params, and what it accepts. A field without a limit still
-# gets its type checked; a test fails if a field is missing here.
-RULES: dict[str, Rule] = {
-    "data_dir": _ANY,
-    "manifest": _ANY,
-    "validation_percent": Rule(ge=0, le=100),
-    "testing_percent": Rule(ge=0, le=100),
-    "wanted_words": _ANY,  # Names are checked in _joint_problems.
-    "unknown_percent": Rule(ge=0, le=100, why="of each split's wanted-word clips"),
-    "silence_percent": Rule(ge=0, le=100, why="of each split's wanted-word clips"),
-    "sample_rate": Rule(gt=0, le=768_000),
-    "clip_seconds": Rule(gt=0, le=MAX_CLIP_SECONDS,
-                         why="a clip is one example, decoded, cached and batched whole: 600 s at "
-                             "16 kHz is already 38 MB per example"),
-    "cache_dir": _ANY,
-    "on_bad_file": Rule(choices=BAD_FILE_POLICIES),
-    "resample_quality": Rule(choices=RESAMPLE_QUALITIES),
-    "batch_size": Rule(ge=1),
-    "shuffle_seed": _SEED,
-    "time_shift_seconds": Rule(ge=0),
-    "noise_prob": Rule(ge=0, le=1),
-    "noise_snr_db": Rule(size=2, why="one level in dB, or min,max"),
-    "noise_dir": _ANY,
-    "n_mels": Rule(ge=1),
-    "frame_ms": Rule(gt=0),
-    "stride_ms": Rule(gt=0),
-    "fmin": Rule(ge=0),
-    "fmax": Rule(gt=0),
-    "spec_augment": _ANY,
-    "model": Rule(choices=MODEL_NAMES),
-    "width": Rule(ge=1),
-    "dropout": Rule(ge=0, lt=1),
-    "engine": Rule(choices=ENGINE_NAMES),
-    "model_dir": _ANY,
-    "train_steps": Rule(ge=1),
-    "eval_every_steps": Rule(ge=0, why="0 evaluates once, at the end"),
-    "learning_rate": Rule(gt=0),
-    "lr_schedule": Rule(choices=LR_SCHEDULES),
-    "optimizer": Rule(choices=OPTIMIZER_NAMES),
-    "seed": _SEED,
-    "log_every_steps": Rule(ge=0, why="0 logs once per evaluation"),
-    "prefetch_device": _ANY,  # Its form is checked in _joint_problems.
-    "strategy": Rule(choices=STRATEGIES),
-    "data_service": _ANY,  # Its form is checked in _joint_problems.
-    "tuner": Rule(choices=TUNER_NAMES),
-    "max_trials": Rule(ge=1),
-    "tune_dir": _ANY,
-    "trial_steps": Rule(ge=1),
-    "trial_epochs": Rule(ge=1),
-}
+
+def _field(default: Any, help_: str, rule: Rule = Rule(), *, data: bool = False) -> Any:
+  """A Params field: its default, its flag's help and what it accepts besides its type, together.
+
+  `data`: the data layer reads it, so input_fn's datasets depend on it; the
+  other fields (model, optimizer, training loop) leave a dataset as it is.
+  """
+  return dataclasses.field(default=default, metadata={"help": help_, "rule": rule, "data": data})
+
+
+@dataclasses.dataclass(frozen=True)
+class Params:
+  """Everything a run needs; built from absl flags or directly in Python.
+
+  Library code takes a `Params`, never absl's FLAGS, so audioclf imports
+  cleanly in notebooks, tests and the tuner. Use `dataclasses.replace` (or
+  `params.replace(...)`) to derive variants. Each field's flag (same name)
+  and its help come from the field itself (audioclf.commands.flags).
+  """
+
+  # --- Data source: a folder per label (Speech Commands layout) or a CSV manifest.
+  data_dir: Optional[str] = _field(
+      None, "Folder with one sub-folder of audio files per label (Speech Commands layout).",
+      data=True)
+  manifest: Optional[str] = _field(
+      None, "CSV file of path,label[,split] rows, paths relative to the CSV.", data=True)
+  validation_percent: float = _field(
+      10.0, "Share of speakers hashed to validation when no list/CSV column says.",
+      Rule(ge=0, le=100), data=True)
+  testing_percent: float = _field(
+      10.0, "Share of speakers hashed to test when no list/CSV column says.", Rule(ge=0, le=100),
+      data=True)
+  wanted_words: tuple[str, ...] = _field(
+      (), "The words to classify (Speech Commands' 12-class task: yes,no,up,down,left,right,on,"
+      "off,stop,go); the other labels become _unknown_. Empty: every label is a class.",
+      data=True)
+  unknown_percent: float = _field(
+      0.0, "With --wanted_words: _unknown_ clips (other words, chosen by a stable hash) as a "
+      "percentage of each split's wanted-word clips.",
+      Rule(ge=0, le=100, why="of each split's wanted-word clips"), data=True)
+  silence_percent: float = _field(
+      0.0, "_silence_ clips (zeros plus background noise) as a percentage of each split's "
+      "wanted-word clips.", Rule(ge=0, le=100, why="of each split's wanted-word clips"),
+      data=True)
+
+  # --- Decoding and the persistent cache.
+  sample_rate: int = _field(16000, "Rate every file is resampled to (soxr), in Hz.",
+                            Rule(gt=0, le=768_000), data=True)
+  clip_seconds: float = _field(
+      1.0, "Length of each example fed to the model.",
+      Rule(gt=0, le=MAX_CLIP_SECONDS, why="a clip is one example, decoded, cached and batched "
+           "whole: 600 s at 16 kHz is already 38 MB per example"), data=True)
+  cache_dir: Optional[str] = _field(
+      None, "Persistent cache of decoded clips (default $AUDIOCLF_CACHE_DIR or "
+      "~/.cache/audioclf).", data=True)
+  on_bad_file: str = _field(
+      "fail", "What to do with an unreadable/truncated/empty file: fail (error naming it) or skip.",
+      Rule(choices=("fail", "skip")), data=True)
+  resample_quality: str = _field("HQ", "soxr quality recipe: QQ, LQ, MQ, HQ or VHQ.",
+                                 Rule(choices=("QQ", "LQ", "MQ", "HQ", "VHQ")), data=True)
+
+  # --- Pipeline.
+  batch_size: int = _field(64, "Examples per batch.", Rule(ge=1), data=True)
+  shuffle_seed: Optional[int] = _field(
+      0, "Seed of the file shuffle; unset for a new order every run.", _SEED, data=True)
+  time_shift_seconds: float = _field(
+      0.1, "Training: random shift of the clip window, in seconds.", Rule(ge=0), data=True)
+  noise_prob: float = _field(
+      0.0, "Training: chance of mixing noise into an example: an excerpt of a background "
+      "recording (--noise_dir, else <data_dir>/_background_noise_), else white noise.",
+      Rule(ge=0, le=1), data=True)
+  noise_snr_db: tuple[float, ...] = _field(
+      (20.0, 20.0), "Training: signal-to-noise ratio of that noise in dB: one level, or min,max "
+      "of a uniform range.", Rule(size=2, why="one level in dB, or min,max"), data=True)
+  noise_dir: Optional[str] = _field(
+      None, "Folder of long background recordings (any format soundfile reads) to mix into "
+      "training examples; default <data_dir>/_background_noise_ where it exists.",
+      data=True)
+
+  # --- Features (computed inside the model, so every path takes raw audio).
+  n_mels: int = _field(40, "Mel bands of the log-mel front end.", Rule(ge=1))
+  frame_ms: float = _field(30.0, "STFT window length in milliseconds.", Rule(gt=0))
+  stride_ms: float = _field(10.0, "STFT hop in milliseconds.", Rule(gt=0))
+  fmin: float = _field(20.0, "Lowest mel frequency in Hz.", Rule(ge=0))
+  fmax: float = _field(7600.0, "Highest mel frequency in Hz.", Rule(gt=0))
+  spec_augment: bool = _field(True, "Mask random time and frequency bands while training.")
+
+  # --- Model.
+  model: str = _field("cnn", "Model family from audioclf.model.build.MODELS.",
+                      Rule(choices=("cnn", "ds_cnn")))
+  width: int = _field(64, "Base number of filters.", Rule(ge=1))
+  dropout: float = _field(0.2, "Dropout rate before the classifier.", Rule(ge=0, lt=1))
+
+  # --- Training.
+  engine: str = _field(
+      "keras", "Training engine: keras (model.fit) or estimator (model_to_estimator; legacy "
+      "stack).", Rule(choices=ENGINES))
+  model_dir: Optional[str] = _field(
+      None, "Where checkpoints, logs, labels.txt, params.json and metrics.json go.")
+  train_steps: int = _field(
+      1000, "Total training steps (a resumed run continues up to this count).", Rule(ge=1))
+  eval_every_steps: int = _field(
+      0, "Evaluate every this many steps (Keras: an epoch of this size); 0 evaluates once at "
+      "the end.", Rule(ge=0, why="0 evaluates once, at the end"))
+  learning_rate: float = _field(
+      1e-3, "Optimizer learning rate (the peak, with --lr_schedule=cosine).", Rule(gt=0))
+  lr_schedule: str = _field(
+      "constant", "constant, or cosine: decay the learning rate to 0 at train_steps.",
+      Rule(choices=("constant", "cosine")))
+  optimizer: str = _field("adam", "adam, sgd or rmsprop.", Rule(choices=tuple(OPTIMIZERS)))
+  seed: int = _field(0, "Seed of weights and augmentation.", _SEED, data=True)
+  log_every_steps: int = _field(50, "Log and write summaries every this many steps.",
+                                Rule(ge=0, why="0 logs once per evaluation"))
+  prefetch_device: str = _field(
+      "auto", "Copy training batches to this device while the step before them runs: auto "
+      "(the first GPU, when there is one), none, or a name like /gpu:1.")
+  strategy: str = _field(
+      "auto", "Keras engine: auto (MultiWorkerMirroredStrategy when TF_CONFIG names several "
+      "workers, else one device) or mirrored (every GPU of this host, else its logical CPUs).",
+      Rule(choices=("auto", "mirrored")))
+  data_service: Optional[str] = _field(
+      None, "grpc://host:port of a tf.data service dispatcher (python -m audioclf service): "
+      "training batches come from its workers.", data=True)
+
+  # --- Hyperparameter search (python -m audioclf tune).
+  tuner: str = _field("random", "keras-tuner algorithm: random, hyperband or bayesian.",
+                      Rule(choices=tuple(TUNERS)))
+  max_trials: int = _field(10, "Trials of the search (Hyperband: its budget in full trials).",
+                           Rule(ge=1))
+  tune_dir: Optional[str] = _field(
+      None, "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.")
+  trial_steps: int = _field(200, "Training steps of one trial (Hyperband: of its longest trials).",
+                            Rule(ge=1))
+  trial_epochs: int = _field(
+      4, "Epochs of one trial, each trial_steps/trial_epochs steps and ended by an evaluation; "
+      "the best one scores the trial (Hyperband: its max_epochs).", Rule(ge=1))
+
+  def __post_init__(self):
+    # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
+    for name, item in _ITEMS.items():
+      object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
+
+  def data_key(self) -> tuple:
+    """The values of every field the data layer reads: equal keys, equal datasets."""
+    return tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                 if f.metadata["data"])
+
+  def replace(self, **changes: Any) -> "Params":
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def clip_samples(self) -> int:
+    return int(round(self.clip_seconds * self.sample_rate))
+
+  def validate(self) -> "Params":
+    """Checks every field against its rule, then the limits that join fields.
+
+    Returns:
+      self, for chaining.
+
+    Raises:
+      ParamError: the first value that cannot work, as "--name=value: must be
+        <the allowed range or choices>".
+    """
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      problem = field.metadata["rule"].problem(value, _TYPES[field.name], _ITEMS.get(field.name))
+      if problem:
+        raise ParamError(f"--{field.name}={flag_value(value)}: {problem}")
+    problem = next(_joint_problems(self), None)
+    if problem:
+      raise ParamError(problem)
+    return self
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+  @classmethod
+  def from_dict(cls, values: dict[str, Any]) -> "Params":
+    """Builds Params from a dict, ignoring keys this version does not know."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+  @classmethod
+  def from_json(cls, path: str) -> "Params":
+    with open(path) as f:
+      return cls.from_dict(json.load(f))
+
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                tuple: "a comma-separated list"}

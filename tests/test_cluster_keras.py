@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from audioclf import params as params_lib
 from audioclf.model import model_dir as model_dir_lib
-from audioclf.engines.keras_fit import evaluation_batching
+from audioclf.engines.keras_engine import evaluation_batching
 
 
 @pytest.mark.parametrize("clips", [1, 2, 3, 4, 5, 9, 13, 17, 31, 64, 100])
@@ -120,7 +120,7 @@ MIRRORED = textwrap.dedent("""
     from audioclf.data import manifest as manifest_lib
     from audioclf.model import model_dir as model_dir_lib
     from audioclf.data import pipeline
-    from audioclf.engines import keras_fit
+    from audioclf.engines import keras_engine
     params = Params.from_json(sys.argv[1])
     metrics = audioclf.train(params)
     # The same model evaluated by one device and by three: the same numbers.
@@ -128,11 +128,11 @@ MIRRORED = textwrap.dedent("""
     manifest = manifest_lib.load(params)
     single = model.evaluate(pipeline.input_fn(params, "eval", manifest=manifest),
                             return_dict=True, verbose=0)
-    strategy = keras_fit.make_strategy(params, None)
+    strategy = keras_engine.make_strategy(params, None)
     with strategy.scope():
       spread, _, _ = model_dir_lib.load_model(params.model_dir, params)
-    evaluation = keras_fit._evaluation(strategy, params, manifest)
-    compat.fit_under(spread, strategy, keras_fit._batch_spec(params))
+    evaluation = keras_engine._evaluation(strategy, params, manifest)
+    compat.fit_under(spread, strategy, keras_engine._batch_spec(params))
     with strategy.scope():
       spread = spread.evaluate(evaluation["x"], steps=evaluation["steps"], return_dict=True,
                                verbose=0)

@@ -75,7 +75,7 @@ def test_estimator_evaluation_is_no_training_step(tmp_path, end_before_save, cou
   # The Estimator runs the checkpoint saver, and the evaluation its listener
   # starts, inside a step, before the training hooks' after_run: only the
   # engine's listener keeps that time out of the meter.
-  from audioclf.engines.estimator import _EndStepBeforeSave  # pylint: disable=g-import-not-at-top
+  from audioclf.engines.estimator_engine import _EndStepBeforeSave  # pylint: disable=g-import-not-at-top
   meter = StallMeter()
   config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=4,
                                   save_summary_steps=None, log_step_count_steps=None)

@@ -10,65 +10,6 @@ from absl import flags
 
 from audioclf.params import SPLITS, Params, field_types
 
-_HELP = {
-    "data_dir": "Folder with one sub-folder of audio files per label (Speech Commands layout).",
-    "manifest": "CSV file of path,label[,split] rows, paths relative to the CSV.",
-    "validation_percent": "Share of speakers hashed to validation when no list/CSV column says.",
-    "testing_percent": "Share of speakers hashed to test when no list/CSV column says.",
-    "sample_rate": "Rate every file is resampled to (soxr), in Hz.",
-    "clip_seconds": "Length of each example fed to the model.",
-    "cache_dir": "Persistent cache of decoded clips (default $AUDIOCLF_CACHE_DIR or ~/.cache/audioclf).",
-    "on_bad_file": "What to do with an unreadable/truncated/empty file: fail (error naming it) or skip.",
-    "resample_quality": "soxr quality recipe: QQ, LQ, MQ, HQ or VHQ.",
-    "batch_size": "Examples per batch.",
-    "shuffle_seed": "Seed of the file shuffle; unset for a new order every run.",
-    "time_shift_seconds": "Training: random shift of the clip window, in seconds.",
-    "wanted_words": "The words to classify (Speech Commands' 12-class task: yes,no,up,down,left,"
-                    "right,on,off,stop,go); the other labels become _unknown_. Empty: every "
-                    "label is a class.",
-    "unknown_percent": "With --wanted_words: _unknown_ clips (other words, chosen by a stable hash) "
-                       "as a percentage of each split's wanted-word clips.",
-    "silence_percent": "_silence_ clips (zeros plus background noise) as a percentage of each "
-                       "split's wanted-word clips.",
-    "noise_prob": "Training: chance of mixing noise into an example: an excerpt of a background "
-                  "recording (--noise_dir, else <data_dir>/_background_noise_), else white noise.",
-    "noise_snr_db": "Training: signal-to-noise ratio of that noise in dB: one level, or min,max "
-                    "of a uniform range.",
-    "noise_dir": "Folder of long background recordings (any format soundfile reads) to mix into "
-                 "training examples; default <data_dir>/_background_noise_ where it exists.",
-    "n_mels": "Mel bands of the log-mel front end.",
-    "frame_ms": "STFT window length in milliseconds.",
-    "stride_ms": "STFT hop in milliseconds.",
-    "fmin": "Lowest mel frequency in Hz.",
-    "fmax": "Highest mel frequency in Hz.",
-    "spec_augment": "Mask random time and frequency bands while training.",
-    "model": "Model family from audioclf.model.build.MODELS.",
-    "width": "Base number of filters.",
-    "dropout": "Dropout rate before the classifier.",
-    "engine": "Training engine: keras (model.fit) or estimator (model_to_estimator; legacy stack).",
-    "model_dir": "Where checkpoints, logs, labels.txt, params.json and metrics.json go.",
-    "train_steps": "Total training steps (a resumed run continues up to this count).",
-    "eval_every_steps": "Evaluate every this many steps; 0 evaluates once at the end.",
-    "learning_rate": "Optimizer learning rate (the peak, with --lr_schedule=cosine).",
-    "lr_schedule": "constant, or cosine: decay the learning rate to 0 at train_steps.",
-    "optimizer": "adam, sgd or rmsprop.",
-    "seed": "Seed of weights and augmentation.",
-    "log_every_steps": "Log and write summaries every this many steps.",
-    "prefetch_device": "Copy training batches to this device while the step before them runs: "
-                       "auto (the first GPU, when there is one), none, or a name like /gpu:1.",
-    "strategy": "Keras engine: auto (MultiWorkerMirroredStrategy when TF_CONFIG names several "
-                "workers, else one device) or mirrored (every GPU of this host, else its "
-                "logical CPUs).",
-    "data_service": "grpc://host:port of a tf.data service dispatcher (python -m "
-                    "audioclf service): training batches come from its workers.",
-    "tuner": "keras-tuner algorithm: random, hyperband or bayesian.",
-    "max_trials": "Trials of the search (Hyperband: its budget in full trials).",
-    "tune_dir": "keras-tuner project folder (default <model_dir>/tune); a rerun resumes it.",
-    "trial_steps": "Training steps of one trial (Hyperband: of its longest trials).",
-    "trial_epochs": "Epochs of one trial, each trial_steps/trial_epochs steps and ended by an "
-                    "evaluation; the best one scores the trial (Hyperband: its max_epochs).",
-}
-
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Defines one flag per Params field, defaulting to Params' default. Idempotent.
@@ -81,7 +22,7 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     if field.name in flag_values:
       continue
     tp = types[field.name][0]
-    default, help_ = field.default, _HELP.get(field.name, field.name)
+    default, help_ = field.default, field.metadata["help"]
     if tp is bool:
       flags.DEFINE_bool(field.name, default, help_, flag_values=flag_values)
     elif tp is int:

@@ -107,8 +107,8 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
       and tf.executing_eagerly()):  # A graph's dataset belongs to that graph.
     # The same warm dataset again (Keras' evaluate, every tuner trial, a
     # loop of fits): reuse the one built, which saves its construction.
-    reuse = (params, mode, split, first_batch, shard, native_read, base, cached.identity,
-             labels.tobytes(),
+    reuse = (params.data_key(), mode, split, first_batch, shard, native_read, base,
+             cached.identity, labels.tobytes(),
              tuple(store.fingerprints.of(manifest.noise)) if mixes_noise else ())
     ds = _BUILT.get(reuse)
     if ds is not None:
@@ -161,7 +161,9 @@ class _Recent:
 
   A dataset is a description, not a running pipeline: each `iter` of it
   starts its own, so handing one out twice is safe. Its key holds the
-  params, mode, split, start, shard, the split's content key and data file
+  fields of params the data layer reads (`Params.data_key`: tuner trials that
+  change only the model or the optimizer share a dataset), mode, split,
+  start, shard, the split's content key and data file
   (a refilled split is another file) and the noise recordings' fingerprints,
   so a changed file, flag or cache builds anew. Building costs 0.05-0.08 s on
   2 cores (tracing its functions), a fifth of a warm training run's start;

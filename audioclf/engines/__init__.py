@@ -1,9 +1,9 @@
 """Training: the engines by name, each training `build_model`'s model its own way, and what they share.
 
   train.py      train(): a run as params describe it, with the engine it names
-  keras_fit.py  the Keras engine: strategies, checkpoints, evaluation
+  keras_engine.py the Keras engine: strategies, checkpoints, evaluation
   keras_loop.py the one Keras model.fit of every run (engine, tuner trials, benchmarks)
-  estimator.py  the Estimator engine (legacy stack): model_to_estimator, train_and_evaluate
+  estimator_engine.py  the Estimator engine (legacy stack): model_to_estimator, train_and_evaluate
   common.py     the Result engines return, the metered training input
   stall.py      the input-stall meter: how much of each step waits for its batch
   clock.py      StepClock: the one timer of training steps
@@ -21,13 +21,7 @@ from typing import Callable
 from audioclf import compat
 from audioclf.data.manifest import Manifest
 from audioclf.engines.common import Result
-from audioclf.params import Params
-
-# Modules, imported on first use: the Keras engine need not load tf.estimator.
-ENGINES = {
-    "keras": "audioclf.engines.keras_fit",
-    "estimator": "audioclf.engines.estimator",
-}
+from audioclf.params import ENGINES, ParamError, Params
 
 
 def available() -> tuple[str, ...]:
@@ -39,11 +33,13 @@ def get(name: str) -> Callable[[Params, Manifest], Result]:
   """The `train` function of engine `name`.
 
   Raises:
-    ValueError: an unknown engine.
+    ParamError: an unknown engine.
     compat.StackError: the Estimator engine, on a stack without tf.estimator.
   """
   if name not in ENGINES:
-    raise ValueError(f"unknown engine {name!r}; choose one of {sorted(ENGINES)}")
+    raise ParamError(f"--engine={name}: must be one of {', '.join(ENGINES)}")
   if name == "estimator":
     compat.require_estimator()
-  return importlib.import_module(ENGINES[name]).train
+  # Each engine is its own module, imported on first use: the Keras engine need not load
+  # tf.estimator.
+  return importlib.import_module(f"audioclf.engines.{name}_engine").train

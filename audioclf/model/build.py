@@ -13,7 +13,7 @@ import tensorflow as tf
 from audioclf import compat
 from audioclf.compat import keras
 from audioclf.model.features import LogMelSpectrogram, SpecAugment
-from audioclf.params import Params
+from audioclf.params import OPTIMIZERS, Params
 
 INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.
 OUTPUT_NAME = "probabilities"
@@ -82,8 +82,6 @@ MODELS: dict[str, Callable[[tf.Tensor, Params], tf.Tensor]] = {
     "ds_cnn": ds_cnn,
 }
 
-_OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
-
 
 def build_model(params: Params, num_classes: int) -> keras.Model:
   """The classifier `params.model` describes, from raw audio to class probabilities.
@@ -149,10 +147,10 @@ def make_optimizer(params: Params) -> keras.optimizers.Optimizer:
   Raises:
     ValueError: an unknown optimizer name.
   """
-  if params.optimizer not in _OPTIMIZERS:
-    raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(_OPTIMIZERS)}")
+  if params.optimizer not in OPTIMIZERS:
+    raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(OPTIMIZERS)}")
   family = compat.optimizers(for_estimator=params.engine == "estimator")
-  return getattr(family, _OPTIMIZERS[params.optimizer])(learning_rate=learning_rate(params))
+  return getattr(family, OPTIMIZERS[params.optimizer])(learning_rate=learning_rate(params))
 
 
 def learning_rate(params: Params):

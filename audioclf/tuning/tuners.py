@@ -16,7 +16,7 @@ from absl import logging
 from audioclf import compat
 from audioclf.data import fill as fill_lib
 from audioclf.engines import common as engines_common
-from audioclf.params import Params
+from audioclf.params import TUNERS, Params
 from audioclf.tuning.hypermodel import AudioHyperModel
 from audioclf.tuning.trials import OBJECTIVE, PROJECT, TRIAL_RECORD
 
@@ -67,18 +67,6 @@ def _fit_record(hypermodel: AudioHyperModel) -> dict[str, Any]:
           "input_stall": engines_common.stall_fraction(meter)}
 
 
-class _RandomSearch(_TrialHooks, kt.RandomSearch):
-  pass
-
-
-class _Hyperband(_TrialHooks, kt.Hyperband):
-  pass
-
-
-class _BayesianOptimization(_TrialHooks, kt.BayesianOptimization):
-  pass
-
-
 def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt.Tuner:
   """The keras-tuner tuner `params.tuner` names, reloading `tune_dir`'s project if there is one.
 
@@ -95,15 +83,18 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
     # copied to the device while the step before them runs.
     common["distribution_strategy"] = tf.distribute.OneDeviceStrategy(device)
   if params.tuner == "hyperband":
-    return _Hyperband(max_epochs=params.trial_epochs, factor=HYPERBAND_FACTOR,
-                      hyperband_iterations=hyperband_iterations(params), **common)
-  if params.tuner == "bayesian":
+    common.update(max_epochs=params.trial_epochs, factor=HYPERBAND_FACTOR,
+                  hyperband_iterations=hyperband_iterations(params))
+  elif params.tuner == "bayesian":
     # keras-tuner's default starts with 3 random trials per hyperparameter
     # (18 here), so a search of fewer trials would never use its model; let a
     # third of the trials explore, and the Gaussian process pick the rest.
-    return _BayesianOptimization(max_trials=params.max_trials,
-                                 num_initial_points=max(2, params.max_trials // 3), **common)
-  return _RandomSearch(max_trials=params.max_trials, **common)
+    common.update(max_trials=params.max_trials, num_initial_points=max(2, params.max_trials // 3))
+  else:
+    common.update(max_trials=params.max_trials)
+  base = getattr(kt, TUNERS[params.tuner])
+  # keras-tuner's tuner with audioclf's per-trial hooks mixed in.
+  return type(base.__name__, (_TrialHooks, base), {})(**common)
 
 
 def hyperband_iterations(params: Params) -> int:
