@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import math
@@ -9,7 +10,7 @@ import numbers
 import operator
 import re
 import typing
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional, Union
 
 MODES = ("train", "eval", "infer")  # The strings of tf.estimator.ModeKeys.
 SPLITS = ("train", "validation", "test")
@@ -19,12 +20,80 @@ OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
 ENGINES = ("keras", "estimator")
 # Name -> keras-tuner's tuner class: the one list of tuners (audioclf.tuning.tuners).
 TUNERS = {"random": "RandomSearch", "hyperband": "Hyperband", "bayesian": "BayesianOptimization"}
+# A model: a short name registered as an entry point (audioclf.model.registry), or module:function.
+MODEL_NAME = re.compile(r"^(?:[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z_][\w-]*)$")
 DATA_SERVICE_ADDRESS = re.compile(r"^grpc://[^:/\s]+:\d+$")
 MAX_CLIP_SECONDS = 600
 
 
 class ParamError(ValueError):
   """A parameter value that cannot work; the message starts with its flag, `--name=value`."""
+
+
+class ModelArgs(dict):
+  """A model's own hyperparameters (--model_args): a frozen, hashable dict of name -> value.
+
+  Given as a dict, JSON (`{"blocks": 3}`) or name=value pairs
+  (`blocks=3,width=48`), each value read as JSON where it is JSON (3, 0.5,
+  true, "relu", [1, 2]) and as a string otherwise. Lists become tuples, so
+  the whole stays hashable. Which names a model takes, and of what types, its
+  own signature says: audioclf.model.registry checks them.
+  """
+
+  def __init__(self, value: Union[str, Mapping[str, Any], Any] = ()):
+    if isinstance(value, str):
+      value = _parse_model_args(value)
+    super().__init__({str(k): _frozen(v) for k, v in dict(value).items()})
+
+  def __hash__(self):
+    return hash(tuple(sorted(self.items())))
+
+  def _frozen_error(self, *args, **kwargs):
+    raise TypeError("ModelArgs are frozen: make new ones (params.replace(model_args=...))")
+
+  __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen_error
+
+  def __repr__(self):
+    return f"ModelArgs({dict(self)!r})"
+
+  def flag(self) -> str:
+    """As --model_args spells them: name=value pairs, or JSON where a value would not read back."""
+    pairs = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in self.items()]
+    if all("," not in p and p.count("=") == 1 and _parse_value(p.split("=", 1)[1]) == v
+           for p, v in zip(pairs, self.values())):
+      return ",".join(pairs)
+    return json.dumps(dict(self), sort_keys=True)
+
+
+def _frozen(value: Any) -> Any:
+  return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _parse_value(text: str) -> Any:
+  try:
+    return _frozen(json.loads(text))
+  except ValueError:
+    try:  # Python's spelling too: True, False, None, (1, 2).
+      return _frozen(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+      return text
+
+
+def _parse_model_args(text: str) -> Any:
+  """--model_args' text as a dict; the text itself where it is neither JSON nor name=value pairs."""
+  text = text.strip()
+  if not text:
+    return {}
+  if text.startswith("{"):
+    try:
+      value = json.loads(text)
+    except ValueError:
+      return text
+    return value if isinstance(value, dict) else text
+  pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+  if any(len(pair) != 2 or not pair[0].strip().isidentifier() for pair in pairs):
+    return text
+  return {k.strip(): _parse_value(v.strip()) for k, v in pairs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,9 +236,13 @@ class Params:
   spec_augment: bool = _field(True, "Mask random time and frequency bands while training.")
 
   # --- Model.
-  model: str = _field("cnn", "Model family from audioclf.model.build.MODELS.",
-                      Rule(choices=("cnn", "ds_cnn")))
-  width: int = _field(64, "Base number of filters.", Rule(ge=1))
+  model: str = _field(
+      "cnn", "The model: a registered name (cnn, ds_cnn, bc_resnet, matchboxnet, or one a "
+      "package registers) or module:function, the module found on PYTHONPATH. See "
+      "docs/your_model.md.")
+  model_args: ModelArgs = _field(
+      ModelArgs(), "The model's own hyperparameters, checked against its signature: "
+      "name=value pairs (width=32,blocks=3) or JSON.")
   dropout: float = _field(0.2, "Dropout rate before the classifier.", Rule(ge=0, lt=1))
 
   # --- Training.
@@ -220,6 +293,11 @@ class Params:
     # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
     for name, item in _ITEMS.items():
       object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
+    args = self.model_args
+    if isinstance(args, str):
+      args = _parse_model_args(args)
+    if isinstance(args, Mapping):  # Else left as given, for validate to refuse.
+      object.__setattr__(self, "model_args", ModelArgs(args))
 
   def data_key(self) -> tuple:
     """The values of every field the data layer reads: equal keys, equal datasets."""
@@ -261,8 +339,16 @@ class Params:
 
   @classmethod
   def from_dict(cls, values: dict[str, Any]) -> "Params":
-    """Builds Params from a dict, ignoring keys this version does not know."""
+    """Builds Params from a dict, ignoring keys this version does not know.
+
+    A params.json from before --model_args holds the built-in models' width
+    as a field of its own: it becomes their model argument.
+    """
     names = {f.name for f in dataclasses.fields(cls)}
+    values = dict(values)
+    width = values.pop("width", None)
+    if width is not None and "model_args" not in values:
+      values["model_args"] = {"width": width}
     return cls(**{k: v for k, v in values.items() if k in names})
 
   @classmethod
@@ -272,7 +358,8 @@ class Params:
 
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               tuple: "a comma-separated list"}
+               tuple: "a comma-separated list",
+               ModelArgs: "name=value pairs (a=1,b=2) or a JSON object"}
 
 
 def _is_a(value: Any, base: type) -> bool:
@@ -330,6 +417,8 @@ def _as_tuple(value: Any, item: type, is_range: bool) -> Any:
 
 def flag_value(value: Any) -> str:
   """`value` as a flag spells it: lists comma-separated."""
+  if isinstance(value, ModelArgs):
+    return value.flag()
   if isinstance(value, tuple):
     return ",".join(str(v) for v in value)
   return str(value)
@@ -337,6 +426,9 @@ def flag_value(value: Any) -> str:
 
 def _joint_problems(p: Params) -> Iterator[str]:
   """The limits that join fields, each message led by the flag to change."""
+  if not MODEL_NAME.match(p.model):
+    yield (f"--model={p.model}: must be a registered model's name (cnn, ds_cnn, ...) or "
+           "module:function")
   low, high = p.noise_snr_db
   if low > high:
     yield f"--noise_snr_db={flag_value(p.noise_snr_db)}: must be min,max with min <= max"

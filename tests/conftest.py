@@ -116,7 +116,7 @@ def tone_params(tmp_path_factory):
   root = tmp_path_factory.mktemp("tones")
   return Params(data_dir=write_tone_dataset(root / "data"), cache_dir=str(root / "cache"),
                 validation_percent=25, testing_percent=25, clip_seconds=0.5, batch_size=8,
-                width=8, train_steps=TRAIN_STEPS, eval_every_steps=20, learning_rate=3e-3,
+                model_args={"width": 8}, train_steps=TRAIN_STEPS, eval_every_steps=20, learning_rate=3e-3,
                 lr_schedule="cosine", log_every_steps=10, seed=0)
 
 

@@ -52,7 +52,7 @@ def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path)
   import tensorflow as tf
   from audioclf import compat
   out = tmp_path / "round.json"
-  proc = _run(["tools/bench_stacks.py", "--worker", "--model=cnn", "--width=4", "--nospec_augment",
+  proc = _run(["tools/bench_stacks.py", "--worker", "--model=cnn", "--model_args=width=4", "--nospec_augment",
                "--batch_size=16", "--steps=4", "--warmup_steps=2", "--n_wav=32",
                "--limit_batches=2", f"--out_dir={tmp_path / 'work'}", f"--result={out}"])
   assert proc.returncode == 0, proc.stderr[-3000:]

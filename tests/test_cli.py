@@ -24,7 +24,7 @@ BAD_AUDIO_IN_TF = ("Graph execution error:\n\nDetected at node PyFunc defined at
 
 
 @pytest.mark.parametrize("error, line", [
-    (ParamError("--width=0: must be >= 1"), "--width=0: must be >= 1"),
+    (ParamError("--batch_size=0: must be >= 1"), "--batch_size=0: must be >= 1"),
     (manifest.DataError("m.csv:3: not UTF-8 text"), "m.csv:3: not UTF-8 text"),
     (model_dir.ModelDirError("'m' holds no params.json"), "'m' holds no params.json"),
     (decode.BadAudioError("/d/a.wav", "holds no audio frames"),
@@ -77,10 +77,10 @@ def test_a_bad_flag_or_source_ends_train_in_one_line(tmp_path, make, flag, line)
 
 
 def test_the_traceback_is_there_on_request(tmp_path):
-  returncode, stderr = run_command("train", f"--data_dir={tmp_path}", "--width=0",
+  returncode, stderr = run_command("train", f"--data_dir={tmp_path}", "--batch_size=0",
                                    AUDIOCLF_TRACEBACK="1")
   assert returncode == 1
-  assert "Traceback" in stderr and "ParamError: --width=0: must be >= 1" in stderr
+  assert "Traceback" in stderr and "ParamError: --batch_size=0: must be >= 1" in stderr
 
 
 def truncated_flac_dataset(tmp_path):
@@ -107,6 +107,6 @@ def test_a_bad_file_found_while_training_ends_in_one_line_naming_it(tmp_path, en
   csv, bad = truncated_flac_dataset(tmp_path)
   returncode, stderr = run_command(
       "train", f"--manifest={csv}", f"--cache_dir={tmp_path}/cache", f"--model_dir={tmp_path}/m",
-      f"--engine={engine}", "--on_bad_file=fail", "--train_steps=2", "--batch_size=2", "--width=4")
+      f"--engine={engine}", "--on_bad_file=fail", "--train_steps=2", "--batch_size=2", "--model_args=width=4")
   assert_one_error_line(returncode, stderr,
                         f"bad audio file {bad!r}: Error : flac decoder lost sync.")

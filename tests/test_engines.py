@@ -105,8 +105,9 @@ def test_other_labels_or_architecture_are_refused(trained, tmp_path):
   other = write_tone_dataset(tmp_path / "other", labels=("bass", "treble"))
   with pytest.raises(model_dir_lib.ModelDirError, match=r"labels \['high', 'low', 'mid'\]"):
     audioclf.train(params.replace(model_dir=model_dir, data_dir=other))
-  with pytest.raises(model_dir_lib.ModelDirError, match=r"--width=8 \(was\) vs 16"):
-    audioclf.train(params.replace(model_dir=model_dir, width=16))
+  with pytest.raises(model_dir_lib.ModelDirError,
+                     match=r"--model_args=width=8 \(was\) vs width=16 \(now\)"):
+    audioclf.train(params.replace(model_dir=model_dir, model_args={"width": 16}))
 
 
 def test_checkpoints_without_params_are_refused(trained, tmp_path):
@@ -136,8 +137,10 @@ def test_prefetch_device_must_name_a_device():
 
 def test_unknown_model_or_engine_fails_before_touching_data(tmp_path):
   params = Params(data_dir=str(tmp_path / "missing"), model_dir=str(tmp_path / "m"))
-  with pytest.raises(ValueError, match=r"--model=vgg: must be one of cnn, ds_cnn"):
+  with pytest.raises(ValueError, match=r"--model=vgg: no model is registered under that name"):
     audioclf.train(params.replace(model="vgg"))
+  with pytest.raises(ValueError, match=r"--model_args=depth=2: cnn takes no argument 'depth'"):
+    audioclf.train(params.replace(model_args={"depth": 2}))
   with pytest.raises(ValueError, match=r"--engine=jax: must be one of keras, estimator"):
     audioclf.train(params.replace(engine="jax"))
   assert not os.path.exists(tmp_path / "m")

@@ -199,7 +199,7 @@ def test_refuses_what_it_cannot_migrate(tmp_path):
   with pytest.raises(MigrationError,
                      match=r"block0_conv/kernel is \[3, 3, 1, 8\] in the checkpoint but "
                            r"\[3, 3, 1, 16\]"):
-    migrate(copy("wider", width=16), str(tmp_path / "to3"))
+    migrate(copy("wider", model_args={"width": 16}), str(tmp_path / "to3"))
   with pytest.raises(MigrationError, match="layers with weights"):
     migrate(copy("other_model", model="ds_cnn"), str(tmp_path / "to4"))
   target = tmp_path / "not_empty"
@@ -315,7 +315,7 @@ def test_fresh_legacy_run_migrates_with_a_report_from_the_legacy_stack(tmp_path,
              PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
   legacy_dir, to = str(tmp_path / "legacy"), str(tmp_path / "migrated")
   data = [f"--data_dir={tone_data['data_dir']}", f"--cache_dir={tone_data['cache_dir']}"]
-  common = ["--clip_seconds=0.5", "--batch_size=8", "--width=8", "--validation_percent=25",
+  common = ["--clip_seconds=0.5", "--batch_size=8", "--model_args=width=8", "--validation_percent=25",
             "--testing_percent=25", "--learning_rate=3e-3", "--log_every_steps=5"]
 
   def run(cmd):

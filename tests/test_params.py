@@ -61,8 +61,9 @@ REJECTED = [
     ("fmax", 0.0, "must be > 0"),
     ("fmax", 9000.0, r"must be <= sample_rate/2 = 8000 Hz.*--sample_rate=16000"),
     ("spec_augment", "yes", "must be true or false, not str"),
-    ("model", "vgg", "must be one of cnn, ds_cnn"),
-    ("width", 0, "must be >= 1"),
+    ("model", "my models.py", "must be a registered model's name .* or module:function"),
+    ("model_args", "width", r"must be name=value pairs \(a=1,b=2\) or a JSON object, not str"),
+    ("model_args", "[1, 2]", "must be name=value pairs"),
     ("dropout", 1.5, "must be >= 0 and < 1"),
     ("dropout", 1.0, "must be >= 0 and < 1"),
     ("engine", "jax", "must be one of keras, estimator"),
@@ -200,5 +201,6 @@ def test_every_field_the_data_layer_reads_is_marked_data():
 
 def test_the_data_key_ignores_model_and_optimizer_fields():
   base = Params()
-  assert base.replace(width=8, optimizer="sgd", learning_rate=0.1).data_key() == base.data_key()
+  assert base.replace(model_args={"width": 8}, optimizer="sgd",
+                      learning_rate=0.1).data_key() == base.data_key()
   assert base.replace(batch_size=8).data_key() != base.data_key()

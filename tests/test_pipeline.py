@@ -228,7 +228,7 @@ def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params
   first = audioclf.input_fn(params, "train")
   assert audioclf.input_fn(params, "train") is first  # Construction saved.
   # A tuner trial that changes only the model or the optimizer reads the same data.
-  assert audioclf.input_fn(params.replace(width=8, optimizer="sgd", dropout=0.5),
+  assert audioclf.input_fn(params.replace(model_args={"width": 4}, optimizer="sgd", dropout=0.5),
                            "train") is first
   expected = _batches(first)
   # Another flag, mode or start builds anew.

@@ -173,7 +173,7 @@ def word_model(tmp_path_factory):
     sf.write(data / "silence" / f"noise{i:03d}_nohash_0.wav", x.astype(np.float32), SR,
              subtype="PCM_16")
   params = audioclf.Params(data_dir=str(data), cache_dir=str(root / "cache"),
-                           model_dir=str(root / "model"), width=16, spec_augment=False,
+                           model_dir=str(root / "model"), model_args={"width": 16}, spec_augment=False,
                            learning_rate=3e-3, lr_schedule="cosine", batch_size=32,
                            train_steps=300, eval_every_steps=300, log_every_steps=100)
   metrics = audioclf.train(params)

@@ -36,7 +36,7 @@ def _params(root, **changes) -> Params:
   return Params(data_dir=data, cache_dir=os.path.join(root, "cache"),
                 tune_dir=os.path.join(root, "tune"), validation_percent=30.0,
                 sample_rate=8000, clip_seconds=0.25, n_mels=16, fmax=3800.0,
-                width=8, batch_size=8, trial_steps=4, trial_epochs=2, max_trials=3,
+                model_args={"width": 8}, batch_size=8, trial_steps=4, trial_epochs=2, max_trials=3,
                 tuner="random").replace(**changes)
 
 

@@ -42,7 +42,7 @@ WORKER = "--worker"  # As the first argument: run one round on this interpreter'
 STACKS = {"current": ("AUDIOCLF_VENV", ".venv"), "legacy": ("AUDIOCLF_VENV_LEGACY", ".venv-legacy")}
 TARGET_RATIO = 0.90  # Keras 3's steps/s at least this fraction of Keras 2's.
 # The demo preset's model and optimizer (flags/demo.flags); bench_train's flags take them.
-DEMO_FLAGS = ("--model=cnn", "--width=16", "--nospec_augment", "--learning_rate=0.003",
+DEMO_FLAGS = ("--model=cnn", "--model_args=width=16", "--nospec_augment", "--learning_rate=0.003",
               "--batch_size=64")
 FLAGS = flags.FLAGS
 

@@ -41,7 +41,7 @@ waits N ms in time.sleep (inside a tf.numpy_function, which releases the GIL),
 so the step costs no CPU: it stands in for an accelerator, and the CPU is left
 to the input pipeline. Without it (0) the real audioclf.build_model model
 trains on the CPU, and the pipeline competes with it for the same cores; the
-bench then defaults to --width=16 (the demo preset's) to keep a default run
+bench then defaults to --model_args=width=16 (the demo preset's) to keep a default run
 short, and any audioclf flag applies (--model, --batch_size, ...).
 
 Runs alternate: every round runs each engine with each pipeline, in a rotated
@@ -99,10 +99,10 @@ CAPPED = ("naive", "best_practice")
 
 
 def define_flags() -> None:
-  command_flags.define_flags()  # batch_size, width, model, sample_rate, clip_seconds, ...
+  command_flags.define_flags()  # batch_size, model, model_args, sample_rate, clip_seconds, ...
   # The real model at the library's default width takes seconds a step on 2
   # cores; the demo preset's width keeps a default run within minutes.
-  FLAGS.set_default("width", 16)
+  FLAGS.set_default("model_args", "width=16")
   flags.DEFINE_float("simulated_step_ms", 0.0, "Replace the model by a training step that waits "
                      "this long without using the CPU (an accelerator's step); 0: the real model.")
   flags.DEFINE_integer("steps", 50, "Training steps of every run.")
@@ -344,7 +344,7 @@ def summarize(name: str, runs: dict[tuple[str, str], list[Run]]) -> tuple[list[d
 def _model_description(params: audioclf.Params) -> str:
   if FLAGS.simulated_step_ms > 0:
     return f"simulated {FLAGS.simulated_step_ms:g} ms step (no CPU)"
-  return f"real model {params.model} width {params.width} on the CPU"
+  return f"real model {params.model} {params.model_args.flag()} on the CPU"
 
 
 def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> None:

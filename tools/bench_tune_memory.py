@@ -70,7 +70,7 @@ def main() -> None:
   shutil.rmtree(os.path.join(out_dir, "tune"), ignore_errors=True)  # A fresh search each run.
   params = Params(data_dir=write_tones(os.path.join(out_dir, "data")),
                   cache_dir=os.path.join(out_dir, "cache"), tune_dir=os.path.join(out_dir, "tune"),
-                  validation_percent=30.0, clip_seconds=0.5, width=16, batch_size=16,
+                  validation_percent=30.0, clip_seconds=0.5, model_args={"width": 16}, batch_size=16,
                   tuner="random", max_trials=args.trials, trial_steps=10, trial_epochs=2)
   rss_start = tuners_lib._rss_mb()  # pylint: disable=protected-access
   summary = tune_lib.tune(params, verbose=0)

@@ -1,7 +1,7 @@
 """Input stall of both engines on a GPU, the Keras path prefetching batches to the device.
 
   python tools/gpu_check.py                # on a machine with a GPU; prints one JSON line last
-  python tools/gpu_check.py --allow_cpu --steps=15 --warmup_steps=5 --width=8  # smoke test, no GPU
+  python tools/gpu_check.py --allow_cpu --steps=15 --warmup_steps=5 --model_args=width=8  # smoke test, no GPU
 
 Writes a small WAV workload (tools/benchdata.py), fills audioclf's cache, and
 trains the real audioclf model --steps steps with each engine, fed by
@@ -48,7 +48,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-  command_flags.define_flags()  # batch_size, width, model, ...
+  command_flags.define_flags()  # batch_size, model, model_args, ...
   flags.DEFINE_integer("steps", 60, "Training steps of each run.")
   flags.DEFINE_integer("warmup_steps", 10, "First steps left out of steps/s and the stall.")
   flags.DEFINE_integer("n_files", 640, "1 s 16 kHz mono WAV files to generate.")
@@ -115,7 +115,7 @@ def main(argv):
       "limit": lambda: benchdata.repeated_batches_input_fn(batches),
   }
   results = {"device": device, "gpus": [g.name for g in gpus], "batch_size": params.batch_size,
-             "model": params.model, "width": params.width, "steps": FLAGS.steps,
+             "model": params.model, "model_args": dict(params.model_args), "steps": FLAGS.steps,
              "warmup_steps": FLAGS.warmup_steps}
   trainers = {"keras": train_keras, "estimator": train_estimator}
   for engine in engines.available():  # The Estimator runs on the legacy stack only.

@@ -2,7 +2,8 @@
 
   .venv-legacy/bin/python tools/make_legacy_fixtures.py     # on the legacy stack (TF 2.15, Keras 2)
 
-For each engine (keras, estimator) it trains a width-8 cnn for STEPS steps with
+For each engine (keras, estimator) it trains a width-8 cnn, and with Keras a
+user's own model (tools/examples/my_models.py: tiny), for STEPS steps with
 Adam on the tone data of tests/conftest.py (`write_tone_dataset`, which the
 tests write again identically), and keeps what audioclf.migrate reads:
 labels.txt, params.json (the data, cache and model paths cleared: they were
@@ -25,6 +26,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "examples"))  # my_models, a user's own model.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from conftest import write_tone_dataset
 
@@ -37,13 +39,17 @@ from audioclf.model import model_dir as model_dir_lib
 from audioclf.deploy import predict as predict_lib
 
 STEPS = 30  # Enough for Adam's averages to be far from a fresh optimizer's.
-ENGINES = ("keras", "estimator")
+# Fixture -> what its run changes: both engines' cnn, and a user's own model
+# (tools/examples/my_models.py), which migrates with its module on PYTHONPATH.
+RUNS = {"keras": dict(engine="keras"), "estimator": dict(engine="estimator"),
+        "my_model": dict(engine="keras", model="my_models:tiny",
+                         model_args={"blocks": 1, "width": 4})}
 
 
 def fixture_params(data_dir: str, cache_dir: str) -> audioclf.Params:
   """The legacy runs' parameters; tests/test_migrate.py continues them on the current stack."""
   return audioclf.Params(data_dir=data_dir, cache_dir=cache_dir, validation_percent=25,
-                         testing_percent=25, clip_seconds=0.5, batch_size=8, width=8,
+                         testing_percent=25, clip_seconds=0.5, batch_size=8, model_args={"width": 8},
                          train_steps=STEPS, eval_every_steps=STEPS, learning_rate=3e-3,
                          log_every_steps=10, seed=0, optimizer="adam")
 
@@ -87,13 +93,13 @@ def main():
       os.makedirs(os.path.dirname(clip))
       shutil.copy(entry.path, clip)
       clips.append(clip)
-    for engine in ENGINES:
-      run = params.replace(engine=engine, model_dir=os.path.join(tmp, engine))
+    for name, changes in RUNS.items():
+      run = params.replace(model_dir=os.path.join(tmp, name), **changes)
       print(json.dumps(audioclf.train(run)), flush=True)
-      copy_model_dir(run.model_dir, os.path.join(args.out_dir, engine))
+      copy_model_dir(run.model_dir, os.path.join(args.out_dir, name))
       files, probs, labels = predict_lib.probabilities(run.model_dir, clips)
       predict_lib.save_probabilities(
-          os.path.join(args.out_dir, f"{engine}_probabilities.npz"),
+          os.path.join(args.out_dir, f"{name}_probabilities.npz"),
           [os.path.relpath(f, args.out_dir) for f in files], probs, labels)
   total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.out_dir) for f in fs)
   print(f"wrote {args.out_dir}: {total / 1024:.0f} KB", flush=True)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from absl import flags
 
-from audioclf.params import SPLITS, Params, field_types
+from audioclf.params import SPLITS, ModelArgs, Params, field_types
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -31,6 +31,8 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       flags.DEFINE_float(field.name, default, help_, flag_values=flag_values)
     elif tp is tuple:
       flags.DEFINE_list(field.name, [str(v) for v in default], help_, flag_values=flag_values)
+    elif tp is ModelArgs:
+      flags.DEFINE_string(field.name, default.flag(), help_, flag_values=flag_values)
     else:
       flags.DEFINE_string(field.name, default, help_, flag_values=flag_values)
 

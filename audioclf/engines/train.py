@@ -13,6 +13,7 @@ from audioclf import engines
 from audioclf.data import manifest as manifest_lib
 from audioclf.distributed import cluster as cluster_lib
 from audioclf.model import model_dir as model_dir_lib
+from audioclf.model import registry
 from audioclf.params import Params
 
 
@@ -40,6 +41,10 @@ def train(params: Params) -> dict[str, Any]:
   """
   params.validate()  # First: a typo fails at once, before the data is scanned.
   train_fn = engines.get(params.engine)
+  # The model found and its arguments checked, before any work; params.json
+  # records every argument, defaults included, so the run can be built again.
+  params = params.replace(
+      model_args=registry.resolve(params.model).arguments(params.model_args))
   start = time.perf_counter()
   task = cluster_lib.current_task()
   chief = task is None or task.is_chief

@@ -6,14 +6,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
-import tensorflow as tf
-
 from audioclf import compat
 from audioclf.compat import keras
+from audioclf.model import registry
 from audioclf.model.features import LogMelSpectrogram, SpecAugment
-from audioclf.params import OPTIMIZERS, Params
+from audioclf.params import OPTIMIZERS, ParamError, Params
 
 INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.
 OUTPUT_NAME = "probabilities"
@@ -21,70 +18,14 @@ OUTPUT_NAME = "probabilities"
 layers = keras.layers
 
 
-def _batch_norm(name):
-  # Momentum 0.9 (PyTorch's default), not Keras' 0.99: after N steps the moving
-  # variance still holds 0.99**N of its initial 1.0, which swamps the real
-  # statistic of a deep layer whose activations vary by 0.002 for several
-  # hundred steps; a DS-CNN trained fine yet scored at chance in inference mode.
-  # Under several replicas (tf.distribute), statistics of the global batch:
-  # every replica keeps the same moving statistics, so each evaluates (and
-  # the checkpoint holds) what one process training that batch would.
-  return compat.BatchNormalization(momentum=0.9, name=name, synchronized=_several_replicas())
-
-
-def _several_replicas() -> bool:
-  return tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1
-
-
-def _conv_bn_relu(x, filters, kernel, strides=1, name=""):
-  # No bias before batch norm: its shift would be cancelled by the mean it subtracts.
-  x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False,
-                    name=f"{name}conv")(x)
-  x = _batch_norm(f"{name}bn")(x)
-  return layers.ReLU(name=f"{name}relu")(x)
-
-
-def cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
-  """A small VGG-style CNN: three conv/pool blocks, an average over time, then flatten.
-
-  Averaging over time only keeps where in frequency the energy sits: a
-  global average would leave a model of 3x3 kernels blind to pitch, except
-  through the zero padding at the band edges.
-  """
-  x = spectrogram
-  for i, filters in enumerate((params.width, 2 * params.width, 2 * params.width)):
-    x = _conv_bn_relu(x, filters, 3, name=f"block{i}_")
-    x = layers.MaxPool2D(2, padding="same", name=f"block{i}_pool")(x)
-  # The clip length is fixed, so the frame count is static: pool it all.
-  x = layers.AveragePooling2D(pool_size=(x.shape[1], 1), name="time_pool")(x)
-  return layers.Flatten(name="flatten")(x)
-
-
-def ds_cnn(spectrogram: tf.Tensor, params: Params) -> tf.Tensor:
-  """DS-CNN of Zhang et al. 2017, "Hello Edge: Keyword Spotting on Microcontrollers".
-
-  A strided 10x4 convolution, then four depthwise-separable blocks of `width`
-  filters (64 is the paper's DS-CNN-S), then average pooling.
-  """
-  x = _conv_bn_relu(spectrogram, params.width, (10, 4), strides=2, name="stem_")
-  for i in range(4):
-    x = layers.DepthwiseConv2D(3, padding="same", use_bias=False, name=f"ds{i}_depthwise")(x)
-    x = _batch_norm(f"ds{i}_depthwise_bn")(x)
-    x = layers.ReLU(name=f"ds{i}_depthwise_relu")(x)
-    x = _conv_bn_relu(x, params.width, 1, name=f"ds{i}_pointwise_")
-  return layers.GlobalAveragePooling2D(name="pool")(x)
-
-
-# Name -> body: a function of (log-mel [batch, frames, n_mels, 1], params) that
-# returns pooled features [batch, dims]. build_model adds the shared front end and head.
-MODELS: dict[str, Callable[[tf.Tensor, Params], tf.Tensor]] = {
-    "cnn": cnn,
-    "ds_cnn": ds_cnn,
-}
-
-
 def build_model(params: Params, num_classes: int) -> keras.Model:
   """The classifier `params.model` describes, from raw audio to class probabilities.
+
+  The model is found by audioclf.model.registry (a registered name or
+  module:function) and built with its own arguments, params.model_args. A
+  body gets audioclf's front end (`front_end`) or the raw waveform, as its
+  first parameter asks, and audioclf's head (dropout, a softmax layer); a
+  whole model is taken as it is.
 
   Args:
     params: the run's parameters (sample rate, clip length, features, model).
@@ -97,13 +38,32 @@ def build_model(params: Params, num_classes: int) -> keras.Model:
     "probabilities" float32 [batch, num_classes].
 
   Raises:
-    ValueError: an unknown model name, or fewer than two classes.
+    ParamError: an unknown model, arguments it does not take, or a whole
+      model whose input or output does not fit.
+    ValueError: fewer than two classes.
   """
-  if params.model not in MODELS:
-    raise ValueError(f"unknown model {params.model!r}; choose one of {sorted(MODELS)}")
   if num_classes < 2:
     raise ValueError(f"a classifier needs at least two classes, got num_classes={num_classes}")
+  model = registry.resolve(params.model)
+  args = model.arguments(params.model_args)
   waveform = keras.Input(shape=(params.clip_samples,), dtype="float32", name=INPUT_NAME)
+  if model.kind == registry.WHOLE:
+    probabilities = _whole_model(model, args, params, num_classes)(waveform)
+  else:
+    x = front_end(waveform, params) if model.kind == "spectrogram" else waveform
+    x = model.function(x, params, **args)
+    x = layers.Dropout(params.dropout, name="dropout")(x)
+    probabilities = layers.Dense(num_classes, activation="softmax", name=OUTPUT_NAME)(x)
+  # Inputs as a dict, the structure input_fn's features have: Keras 3 warns on
+  # every call whose inputs are shaped otherwise.
+  return keras.Model({INPUT_NAME: waveform}, probabilities, name=model.function.__name__)
+
+
+def front_end(waveform, params: Params):
+  """audioclf's front end: log-mel, SpecAugment (training only), per-clip normalization.
+
+  waveform [batch, clip_samples] -> [batch, frames, n_mels, 1].
+  """
   log_mel = LogMelSpectrogram.from_params(params, name="log_mel")
   x = log_mel(waveform)
   # The layer is there with or without masks: Keras 3 keys a checkpoint by
@@ -119,13 +79,23 @@ def build_model(params: Params, num_classes: int) -> keras.Model:
   # per-clip statistic, unlike an input BatchNormalization, has no running
   # average that a short run leaves far from the data (it made a model that fit
   # its training batches score at chance in inference mode after 60 steps).
-  x = layers.LayerNormalization(axis=[1, 2], center=False, scale=False, name="normalize")(x)
-  x = MODELS[params.model](x, params)
-  x = layers.Dropout(params.dropout, name="dropout")(x)
-  probabilities = layers.Dense(num_classes, activation="softmax", name=OUTPUT_NAME)(x)
-  # Inputs as a dict, the structure input_fn's features have: Keras 3 warns on
-  # every call whose inputs are shaped otherwise.
-  return keras.Model({INPUT_NAME: waveform}, probabilities, name=params.model)
+  return layers.LayerNormalization(axis=[1, 2], center=False, scale=False, name="normalize")(x)
+
+
+def _whole_model(model: registry.Model, args, params: Params, num_classes: int) -> keras.Model:
+  """A whole-model builder's model, checked to take a clip of raw audio and give num_classes."""
+  built = model.function(**args)
+  if not isinstance(built, keras.Model) or len(built.inputs) != 1:
+    raise ParamError(f"--model={params.model}: {model.target} must return a keras.Model of "
+                     f"one input (raw audio), got {type(built).__name__}")
+  takes = tuple(built.inputs[0].shape[1:])
+  gives = built.outputs[0].shape[-1] if len(built.outputs) == 1 else None
+  if takes != (params.clip_samples,) or gives != num_classes:
+    raise ParamError(
+        f"--model={params.model}: {model.target}'s model takes {list(takes)} and gives "
+        f"{gives} classes; this run has clips of {params.clip_samples} samples (sample_rate "
+        f"{params.sample_rate} x clip_seconds {params.clip_seconds}) and {num_classes} labels")
+  return built
 
 
 def inputs(waveforms):

@@ -31,7 +31,8 @@ import tensorflow as tf
 from audioclf import compat
 from audioclf.compat import keras
 from audioclf.model import build as models
-from audioclf.params import Params
+from audioclf.model import registry
+from audioclf.params import ParamError, Params, flag_value
 
 LABELS_FILE = "labels.txt"
 PARAMS_FILE = "params.json"
@@ -44,8 +45,8 @@ STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.s
 # Fields that decide the variables or what they mean: a checkpoint only makes
 # sense in a model built with the same values. (learning_rate, train_steps or
 # the data may change between a run and its resume.)
-ARCHITECTURE_FIELDS = ("model", "width", "optimizer", "sample_rate", "clip_seconds", "n_mels",
-                       "frame_ms", "stride_ms", "fmin", "fmax")
+ARCHITECTURE_FIELDS = ("model", "model_args", "optimizer", "sample_rate", "clip_seconds",
+                       "n_mels", "frame_ms", "stride_ms", "fmin", "fmax")
 
 
 class ModelDirError(ValueError):
@@ -116,13 +117,33 @@ def check_stack(model_dir: str) -> None:
 
 
 def check_same_model(saved: Params, params: Params, model_dir: str) -> None:
-  """Raises ModelDirError if `params` would build a model the checkpoints do not fit."""
-  diffs = [f"--{name}={getattr(saved, name)} (was) vs {getattr(params, name)} (now)"
+  """Raises ModelDirError if `params` would build a model the checkpoints do not fit.
+
+  Model arguments compare with their defaults filled in: `--model_args=width=64`
+  and none at all build cnn alike.
+  """
+  saved = saved.replace(model_args=model_arguments(saved, model_dir))
+  params = params.replace(model_args=model_arguments(params, model_dir))
+  diffs = [f"--{name}={flag_value(getattr(saved, name))} (was) vs "
+           f"{flag_value(getattr(params, name))} (now)"
            for name in ARCHITECTURE_FIELDS if getattr(saved, name) != getattr(params, name)]
   if diffs:
     raise ModelDirError(
         f"{model_dir!r} holds a model built with other parameters: {'; '.join(diffs)}. "
         "Use the saved values or a new model_dir.")
+
+
+def model_arguments(params: Params, model_dir: str):
+  """params.model's arguments, defaults filled in.
+
+  Raises:
+    ModelDirError: the model cannot be found any more (its module is gone from
+      the Python path) or no longer takes those arguments.
+  """
+  try:
+    return registry.resolve(params.model).arguments(params.model_args)
+  except ParamError as e:
+    raise ModelDirError(f"{model_dir!r} holds a model built with {e}") from e
 
 
 def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:

@@ -16,7 +16,9 @@ from audioclf.engines import keras_loop
 from audioclf.engines.clock import StepClock, training_clock
 from audioclf.engines.stall import StallMeter
 from audioclf.model import build as models
+from audioclf.model import registry
 from audioclf.params import Params
+from audioclf.tuning.trials import MODEL_ARGS
 
 
 class AudioHyperModel(kt.HyperModel):
@@ -24,17 +26,17 @@ class AudioHyperModel(kt.HyperModel):
 
   Searched, around the base `params` (whose values are the defaults):
 
-    model          every entry of `models.MODELS`
-    width          half, once or twice --width
+    model_args/*   the model's own space: its module's `search_space(hp)`
+                   (audioclf.model.registry), over --model_args where it has none
     batch_size     half, once or twice --batch_size
     learning_rate  --learning_rate / 10 to * 10, log-uniform
     dropout        0.0, 0.1, ... 0.5 (and --dropout)
     optimizer      adam, rmsprop, sgd
 
-  So --width and --batch_size set the scale, and with it the cost, of the
-  trials. A trial trains trial_steps (its train_steps), evaluating after each
-  of trial_epochs epochs; everything else comes from `params` unchanged, so a
-  trial is the training run its Params describe.
+  So --batch_size and the model's space set the scale, and with it the cost,
+  of the trials. A trial trains trial_steps (its train_steps), evaluating
+  after each of trial_epochs epochs; everything else comes from `params`
+  unchanged, so a trial is the training run its Params describe.
   """
 
   def __init__(self, params: Params, manifest: Manifest):
@@ -47,14 +49,18 @@ class AudioHyperModel(kt.HyperModel):
   def trial_params(self, hp: kt.HyperParameters) -> Params:
     """The base params with `hp`'s values; declares the hyperparameters on first use."""
     p = self.params
+    args = dict(p.model_args)
+    space = registry.resolve(p.model).search_space
+    if space is not None:
+      with hp.name_scope(MODEL_ARGS):
+        args.update(space(hp))
     return p.replace(
         # A trial is a whole training run of trial_steps, evaluated after each
         # epoch: a learning-rate schedule ends within it, and best.flags
         # describes the very run that the best trial was.
         train_steps=steps_per_epoch(p) * p.trial_epochs,
         eval_every_steps=steps_per_epoch(p),
-        model=hp.Choice("model", sorted(models.MODELS), default=p.model),
-        width=hp.Choice("width", _around(p.width), default=p.width),
+        model_args=args,
         batch_size=hp.Choice("batch_size", _around(p.batch_size), default=p.batch_size),
         learning_rate=hp.Float("learning_rate", p.learning_rate / 10, p.learning_rate * 10,
                                sampling="log", default=p.learning_rate),

@@ -12,6 +12,7 @@ import keras_tuner as kt
 OBJECTIVE = "val_accuracy"  # compile_model's "accuracy", on input_fn(params, "eval").
 PROJECT = "search"  # keras-tuner's project folder under tune_dir.
 TRIAL_RECORD = "audioclf_trial.json"  # Per trial, next to keras-tuner's trial.json.
+MODEL_ARGS = "model_args"  # The name scope of the model's own hyperparameters.
 
 
 def read_trials(tune_dir: str) -> list[dict[str, Any]]:
@@ -37,7 +38,7 @@ def read_trials(tune_dir: str) -> list[dict[str, Any]]:
 
 def trials_table(rows: Sequence[dict[str, Any]], best: Optional[str] = None) -> str:
   """Plain-text table of `read_trials`' rows, the best trial marked with `*`."""
-  columns = ["trial", "status", OBJECTIVE, "model", "width", "dropout", "learning_rate",
+  columns = ["trial", "status", OBJECTIVE, MODEL_ARGS, "dropout", "learning_rate",
              "optimizer", "batch_size", "epochs", "decoded", "seconds", "examples_per_sec",
              "input_stall"]
   if all(row.get("epochs") is None for row in rows):
@@ -51,6 +52,8 @@ def trials_table(rows: Sequence[dict[str, Any]], best: Optional[str] = None) -> 
       return "-"
     if column == "learning_rate":
       return f"{value:.2e}"
+    if column == MODEL_ARGS:
+      return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, float):
       return f"{value:.4f}" if column == OBJECTIVE else f"{value:g}"
     return str(value)
@@ -77,5 +80,11 @@ def ranked(trials) -> list:
 
 
 def hp_values(trial: kt.engine.trial.Trial) -> dict[str, Any]:
-  # keras-tuner's own entries (tuner/epochs, tuner/trial_id, ...) are Hyperband's bookkeeping.
-  return {k: v for k, v in trial.hyperparameters.values.items() if not k.startswith("tuner/")}
+  """A trial's hyperparameters as Params fields: the model's own gathered under model_args."""
+  values, args = {}, {}
+  for key, value in trial.hyperparameters.values.items():
+    if key.startswith(f"{MODEL_ARGS}/"):
+      args[key.split("/", 1)[1]] = value
+    elif not key.startswith("tuner/"):  # Hyperband's bookkeeping (tuner/epochs, ...).
+      values[key] = value
+  return {**values, MODEL_ARGS: args} if args else values

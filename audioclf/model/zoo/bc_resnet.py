@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from audioclf import compat
 from audioclf.compat import keras
+from audioclf.model.layers import batch_norm, conv_bn_relu
 
 layers = keras.layers
 
@@ -70,7 +70,7 @@ def bc_resnet(spectrogram: tf.Tensor, params, *, scale: int = 1, sub_bands: int 
   if scale < 1 or sub_bands < 1:
     raise ValueError(f"bc_resnet needs scale >= 1 and sub_bands >= 1, got scale={scale}, "
                      f"sub_bands={sub_bands}")
-  x = _conv_bn_relu(spectrogram, STEM_CHANNELS * scale, 5, strides=(1, 2), name="stem_")
+  x = conv_bn_relu(spectrogram, STEM_CHANNELS * scale, 5, strides=(1, 2), name="stem_")
   for stage, (blocks, channels, stride, dilation) in enumerate(STAGES):
     for block in range(blocks):
       x = _bc_res_block(x, channels * scale, stride if block == 0 else 1, dilation, sub_bands,
@@ -87,7 +87,7 @@ def _bc_res_block(x, channels, stride, dilation, sub_bands, dropout, name):
   transition = x.shape[-1] != channels
   shortcut = x
   if transition:
-    x = _conv_bn_relu(x, channels, 1, name=f"{name}transition_")
+    x = conv_bn_relu(x, channels, 1, name=f"{name}transition_")
   # f2: convolve along frequency only, channel by channel.
   x = layers.DepthwiseConv2D((1, 3), strides=(1, stride), padding="same", use_bias=False,
                              name=f"{name}freq_conv")(x)
@@ -96,7 +96,7 @@ def _bc_res_block(x, channels, stride, dilation, sub_bands, dropout, name):
   x = layers.AveragePooling2D((1, features_2d.shape[2]), name=f"{name}freq_pool")(features_2d)
   x = layers.DepthwiseConv2D((3, 1), dilation_rate=(dilation, 1), padding="same", use_bias=False,
                              name=f"{name}time_conv")(x)
-  x = _batch_norm(f"{name}time_bn")(x)
+  x = batch_norm(f"{name}time_bn")(x)
   x = layers.Activation("swish", name=f"{name}swish")(x)
   x = layers.Conv2D(channels, 1, use_bias=False, name=f"{name}pointwise")(x)
   x = layers.SpatialDropout2D(dropout, name=f"{name}channel_dropout")(x)
@@ -115,7 +115,7 @@ def _sub_spectral_norm(x, sub_bands, name):
   """
   _, _, bands, channels = x.shape
   if sub_bands == 1:
-    return _batch_norm(f"{name}bn")(x)
+    return batch_norm(f"{name}bn")(x)
   if bands % sub_bands:
     raise ValueError(f"bc_resnet's sub_bands={sub_bands} must divide every stage's frequency "
                      f"bands; a stage has {bands} (n_mels=40 gives 20, 10 and 5)")
@@ -123,7 +123,7 @@ def _sub_spectral_norm(x, sub_bands, name):
   x = layers.Reshape((-1, sub_bands, width, channels), name=f"{name}split")(x)
   x = layers.Permute((1, 3, 2, 4), name=f"{name}bands_to_channels")(x)
   x = layers.Reshape((-1, width, sub_bands * channels), name=f"{name}merge")(x)
-  x = _batch_norm(f"{name}bn")(x)
+  x = batch_norm(f"{name}bn")(x)
   x = layers.Reshape((-1, width, sub_bands, channels), name=f"{name}unmerge")(x)
   x = layers.Permute((1, 3, 2, 4), name=f"{name}channels_to_bands")(x)
   return layers.Reshape((-1, bands, channels), name=f"{name}join")(x)
@@ -134,20 +134,5 @@ def _head(x, channels):
   # one before the widening 1x1 conv, which then costs a fifth.
   x = layers.ZeroPadding2D(((2, 2), (0, 0)), name="head_time_pad")(x)
   x = layers.DepthwiseConv2D((5, min(5, x.shape[2])), use_bias=False, name="head_conv")(x)
-  x = _conv_bn_relu(x, channels, 1, name="head_pointwise_")
+  x = conv_bn_relu(x, channels, 1, name="head_pointwise_")
   return layers.GlobalAveragePooling2D(name="pool")(x)
-
-
-def _conv_bn_relu(x, filters, kernel, strides=1, name=""):
-  # No bias before batch norm: the mean it subtracts cancels it.
-  x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False,
-                    name=f"{name}conv")(x)
-  x = _batch_norm(f"{name}bn")(x)
-  return layers.ReLU(name=f"{name}relu")(x)
-
-
-def _batch_norm(name):
-  # Momentum 0.9 and, under several replicas, statistics of the global batch,
-  # as audioclf.models' bodies have them (its _batch_norm says why).
-  several = tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1
-  return compat.BatchNormalization(momentum=0.9, synchronized=several, name=name)

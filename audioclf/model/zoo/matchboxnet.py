@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from audioclf import compat
 from audioclf.compat import keras
+from audioclf.model.layers import batch_norm
 
 layers = keras.layers
 
@@ -75,7 +75,7 @@ def matchboxnet(spectrogram: tf.Tensor, params, *, blocks: int = 3, repeats: int
   x = _separable_bn_relu(x, 2 * channels, EPILOGUE_KERNEL, dilation=EPILOGUE_DILATION,
                          name="epilogue_dilated_")
   x = layers.Conv2D(2 * channels, 1, use_bias=False, name="epilogue_pointwise_conv")(x)
-  x = _batch_norm("epilogue_pointwise_bn")(x)
+  x = batch_norm("epilogue_pointwise_bn")(x)
   x = layers.ReLU(name="epilogue_pointwise_relu")(x)
   return layers.GlobalAveragePooling2D(name="pool")(x)
 
@@ -89,11 +89,11 @@ def search_space(hp) -> dict:
 
 def _residual_block(x, channels, kernel, repeats, name):
   shortcut = layers.Conv2D(channels, 1, use_bias=False, name=f"{name}residual_conv")(x)
-  shortcut = _batch_norm(f"{name}residual_bn")(shortcut)
+  shortcut = batch_norm(f"{name}residual_bn")(shortcut)
   for repeat in range(repeats):
     x = layers.SeparableConv2D(channels, (kernel, 1), padding="same", use_bias=False,
                                name=f"{name}sub{repeat}_conv")(x)
-    x = _batch_norm(f"{name}sub{repeat}_bn")(x)
+    x = batch_norm(f"{name}sub{repeat}_bn")(x)
     if repeat == repeats - 1:
       x = layers.Add(name=f"{name}add")([x, shortcut])
     x = layers.ReLU(name=f"{name}sub{repeat}_relu")(x)
@@ -105,12 +105,5 @@ def _separable_bn_relu(x, filters, kernel, dilation=1, name=""):
   # A depthwise conv over time, then a 1x1 conv across the channels: no BN between.
   x = layers.SeparableConv2D(filters, (kernel, 1), dilation_rate=(dilation, 1), padding="same",
                              use_bias=False, name=f"{name}conv")(x)
-  x = _batch_norm(f"{name}bn")(x)
+  x = batch_norm(f"{name}bn")(x)
   return layers.ReLU(name=f"{name}relu")(x)
-
-
-def _batch_norm(name):
-  # Momentum 0.9 and, under several replicas, statistics of the global batch,
-  # as audioclf.models' bodies have them (its _batch_norm says why).
-  several = tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1
-  return compat.BatchNormalization(momentum=0.9, synchronized=several, name=name)
