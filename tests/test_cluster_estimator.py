@@ -23,7 +23,9 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
   params_lib.to_flagfile(params, flagfile)
   run = subprocess.run(
       [sys.executable, "-m", "audioclf", "launch", "--workers=2", "--ps=1", "--evaluator", "--",
-       f"--flagfile={flagfile}"], capture_output=True, text=True, timeout=420)
+       f"--flagfile={flagfile}"], capture_output=True, text=True, timeout=420,
+      # Verbose: the evaluator's TensorFlow INFO lines say which checkpoints it evaluated.
+      env=dict(os.environ, AUDIOCLF_VERBOSE="1"))
   assert run.returncode == 0, run.stderr[-3000:]
   summary = json.loads(run.stdout.strip().splitlines()[-1])
   assert summary["task"] == "chief:0" and summary["workers"] == 2

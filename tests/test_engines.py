@@ -217,24 +217,32 @@ def test_other_stacks_model_dir_names_what_to_run(trained, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
-def test_cli_trains_from_a_flagfile_and_prints_json_last(tone_params, tmp_path, engine):
-  # Keras: its progress bar shares stdout with the JSON line. Estimator: its
-  # many INFO lines reach stderr once each, in absl's format.
+def test_cli_trains_from_a_flagfile_quietly_and_prints_json_last(tone_params, tmp_path, engine):
+  # By default only audioclf's own lines reach stderr; AUDIOCLF_VERBOSE=1 brings
+  # TensorFlow's back (the Estimator's INFO lines once each, in absl's format).
   flagfile = str(tmp_path / "tiny.flags")
   params = tone_params.replace(model="ds_cnn", train_steps=6, eval_every_steps=3,
                                model_dir=str(tmp_path / "model"))
   params_lib.to_flagfile(params, flagfile, header="python -m audioclf train --flagfile=tiny.flags")
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run(
-      [sys.executable, "-m", "audioclf", "train", f"--flagfile={flagfile}", f"--engine={engine}"],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+
+  def run(model_dir, **env):
+    proc = subprocess.run(
+        [sys.executable, "-m", "audioclf", "train", f"--flagfile={flagfile}", f"--engine={engine}",
+         f"--model_dir={model_dir}"],
+        cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+  proc = run(params.model_dir)
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["engine"] == engine
   assert summary["model"] == "ds_cnn"
   assert summary["steps"] == 6
   with open(os.path.join(params.model_dir, "metrics.json")) as f:
     assert json.load(f) == summary
+  chatter = [line for line in proc.stderr.splitlines() if not line.startswith("audioclf: ")]
+  assert not chatter, proc.stderr[-3000:]
   if engine == "estimator":
-    assert "Calling model_fn." in proc.stderr
-    assert "INFO:tensorflow:" not in proc.stderr  # TF's own handler would print it a second time.
+    verbose = run(str(tmp_path / "verbose"), AUDIOCLF_VERBOSE="1")
+    assert "Calling model_fn." in verbose.stderr
+    assert "INFO:tensorflow:" not in verbose.stderr  # TF's own handler would print it twice.

@@ -16,11 +16,15 @@ from absl import flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.data import fill as fill_lib
-from audioclf.data import store as store_lib
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.data import fill as fill_lib
+  from audioclf.data import store as store_lib
+  # pylint: enable=g-import-not-at-top
   del argv
   f = flags.FLAGS
   params = command_flags.params_from_flags()

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 
+from audioclf.commands import quiet
 from audioclf.params import ParamError
 
 # Set to 1 to see the traceback of an error that a command would report as one line.
@@ -77,6 +78,7 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
     if tf_logger.propagate and std_logging.getLogger().handlers:
       for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
+    quiet.quiet_logging(argv)
     try:
       return main(argv)
     except Exception as e:  # pylint: disable=broad-except
@@ -90,4 +92,5 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
 
   argv = list(sys.argv if argv is None else argv)
   exit_if_help(argv, doc)
+  quiet.start_tensorflow(argv)
   app.run(main_with_one_log_handler, argv=argv)

@@ -15,14 +15,18 @@ from absl import app, flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.deploy import export as export_lib
-from audioclf.deploy import tflite
-from audioclf.model import model_dir
 
 FLAGS = flags.FLAGS
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.deploy import export as export_lib
+  from audioclf.deploy import tflite
+  from audioclf.model import model_dir
+  # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   params = command_flags.params_for_model_dir()

@@ -17,14 +17,18 @@ from absl import app, flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.migration import parity
-from audioclf.migration.migrate import migrate
-from audioclf.model import model_dir
 
 FLAGS = flags.FLAGS
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.migration import parity
+  from audioclf.migration.migrate import migrate
+  from audioclf.model import model_dir
+  # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   result = migrate(FLAGS.from_model_dir, FLAGS.to_model_dir, FLAGS.carry_optimizer_state)

@@ -24,21 +24,23 @@ from absl import app, flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.data import decode
-from audioclf.deploy import predict as predict_lib
-from audioclf.deploy import segments
-from audioclf.model import model_dir
-from audioclf.params import Params
 
 FLAGS = flags.FLAGS
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.deploy import predict as predict_lib
+  from audioclf.deploy import segments
+  from audioclf.model import model_dir
+  # pylint: enable=g-import-not-at-top
   if len(argv) < 2:
     raise app.UsageError("give audio files or folders to classify")
   params = command_flags.params_for_model_dir()
   files = predict_lib.audio_files(argv[1:])
-  long_files = [f for f in files if _is_long(f, params)]
+  long_files = [f for f in files if segments.is_long(f, params)]
   short = [f for f in files if f not in set(long_files)]
   results = []
   if short:
@@ -62,14 +64,6 @@ def main(argv: Sequence[str]) -> None:
       "skipped": len(files) - len(long_files) - len(short), "long_files": len(long_files),
       "segments": sum(len(r.get("segments", ())) for r in results),
       "output": FLAGS.output, "probabilities": FLAGS.save_probabilities}), flush=True)
-
-
-def _is_long(path: str, params: Params) -> bool:
-  """Longer than one clip (by its header); an unreadable file is left to predict's handling."""
-  try:
-    return segments.duration(path) > params.clip_seconds + 1.0 / params.sample_rate
-  except decode.BadAudioError:
-    return False
 
 
 def _write_output(path: str, results: list[dict]) -> None:

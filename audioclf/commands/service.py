@@ -21,16 +21,20 @@ from absl import app, flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.data import manifest as manifest_lib
-from audioclf.data import pipeline
-from audioclf.data import service as data_service
-from audioclf.distributed import servers
 
 FLAGS = flags.FLAGS
 ROLES = ("dispatcher", "worker")
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.data import manifest as manifest_lib
+  from audioclf.data import pipeline
+  from audioclf.data import service as data_service
+  from audioclf.distributed import servers
+  # pylint: enable=g-import-not-at-top
   if len(argv) != 2 or argv[1] not in ROLES:
     raise app.UsageError(f"say which server to run: one of {ROLES}, got {argv[1:]}")
   if argv[1] == "dispatcher":

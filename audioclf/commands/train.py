@@ -14,11 +14,15 @@ from absl import app
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
-from audioclf.engines.train import train
-from audioclf.model import model_dir
 
 
 def main(argv: Sequence[str]) -> None:
+  # pylint: disable=g-import-not-at-top
+  # Here, not at the top: `--help` needs none of it, and cli.run has started
+  # TensorFlow quietly by now.
+  from audioclf.engines.train import train
+  from audioclf.model import model_dir
+  # pylint: enable=g-import-not-at-top
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics = train(command_flags.params_from_flags())

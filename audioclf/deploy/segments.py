@@ -74,6 +74,14 @@ def duration(path: str) -> float:
   return info.frames / info.samplerate
 
 
+def is_long(path: str, params) -> bool:
+  """Longer than one clip (by its header); an unreadable file is left to predict's handling."""
+  try:
+    return duration(path) > params.clip_seconds + 1.0 / params.sample_rate
+  except decode.BadAudioError:
+    return False
+
+
 def stream(path: str, sample_rate: int, quality: str = "HQ",
            block_seconds: float = BLOCK_SECONDS) -> Iterator[np.ndarray]:
   """The file as mono float32 blocks at sample_rate, decoded and resampled block by block.
