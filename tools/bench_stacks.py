@@ -140,9 +140,13 @@ def _log(msg: str) -> None:
   print(msg, file=sys.stderr, flush=True)
 
 
-def run_round(python: str, result_path: str) -> dict:
-  """One worker run on `python`'s stack; its result dict. Raises RuntimeError naming the stack's failure."""
-  cmd = [python, os.path.abspath(__file__), WORKER, *DEMO_FLAGS, f"--steps={FLAGS.steps}",
+def run_round(python: str, result_path: str, model_flags=DEMO_FLAGS) -> dict:
+  """One worker run on `python`'s stack; its result dict. Raises RuntimeError naming the stack's failure.
+
+  `model_flags`: the model and its training flags (default the demo preset's);
+  tools/bench_models.py passes each built-in model's.
+  """
+  cmd = [python, os.path.abspath(__file__), WORKER, *model_flags, f"--steps={FLAGS.steps}",
          f"--warmup_steps={FLAGS.warmup_steps}", f"--n_wav={FLAGS.n_wav}",
          f"--limit_batches={FLAGS.limit_batches}", f"--out_dir={FLAGS.out_dir}",
          f"--result={result_path}"]

@@ -1,0 +1,172 @@
+"""The built-in models side by side: size, cost, CPU speed on each stack, accuracy on known and unseen voices.
+
+  python tools/bench_models.py --write_docs        # every row below (about an hour on 2 cores)
+  python tools/bench_models.py --rows=cnn:width=16,bc_resnet --train_steps=200 --rounds=1
+
+A row is `name[:model_args]` (a registered model and its --model_args, ";"
+between several: `bc_resnet:scale=8`). For each:
+
+  parameters     trainable weights, with the 12-class head of Speech Commands' 12-class task
+  MACs / clip    multiply-adds of the conv and dense layers for one 1 s clip at 16 kHz
+                 (40 mels, 98 frames; the log-mel front end is left out, as the papers count)
+  steps/s        Keras fit at batch 64 on in-memory batches, in each stack's venv
+                 (tools/bench_stacks.py's worker: the same measurement as its demo CNN)
+  accuracy       trained --train_steps on the demo data (flags/demo.flags, current stack):
+                 its test split (voices heard in training), and voices held out from training
+
+--write_docs writes the table to docs/measured/bench_models.md (tools/measured.py),
+which docs/models.md points to. Progress goes to stderr; one JSON line ends stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+import bench_stacks
+import measured
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROWS = ("cnn:width=16", "cnn", "ds_cnn", "bc_resnet", "bc_resnet:scale=8", "matchboxnet")
+CLASSES = 12
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  bench_stacks.define_driver_flags()
+  FLAGS.set_default("rounds", 2)
+  flags.DEFINE_list("rows", list(ROWS), "Models to measure: name[:model_args], args ';'-joined.")
+  flags.DEFINE_integer("train_steps", 600, "Training steps of each accuracy run; 0 skips them.")
+  flags.DEFINE_string("runs_dir", os.path.join(ROOT, "runs", "bench_models"),
+                      "Where the accuracy runs' model_dirs go.")
+  flags.DEFINE_bool("write_docs", False, "Write docs/measured/bench_models.md.")
+
+
+def parse_row(row: str) -> tuple[str, str]:
+  """'bc_resnet:scale=8;sub_bands=5' -> ('bc_resnet', 'scale=8,sub_bands=5')."""
+  name, _, args = row.partition(":")
+  return name, args.replace(";", ",")
+
+
+def size_and_cost(name: str, args: str) -> dict:
+  """Trainable parameters and multiply-adds a clip of the model on this stack."""
+  # pylint: disable=g-import-not-at-top
+  from audioclf import Params
+  from audioclf.model import build
+  # pylint: enable=g-import-not-at-top
+  model = build.build_model(Params(model=name, model_args=args), CLASSES)
+  return {"parameters": sum(math.prod(w.shape) for w in model.trainable_weights),
+          "macs": macs(model)}
+
+
+def macs(model) -> int:
+  """Multiply-adds of one example through the model's conv and dense layers.
+
+  Each kernel weight (a conv's, a depthwise or pointwise kernel, a Dense
+  matrix) is used once per output position, so a layer costs its kernels'
+  sizes times its output's spatial size; bias, batch norm and activations are
+  left out (batch norm folds into the conv before it at inference).
+  """
+  total = 0
+  for layer in model.layers:
+    kernels = [w for w in layer.weights if "kernel" in w.name]
+    if kernels:
+      positions = math.prod(layer.output.shape[1:-1])
+      total += positions * sum(math.prod(w.shape) for w in kernels)
+  return total
+
+
+def speeds(name: str, args: str, stacks: list[str]) -> dict:
+  """Median steps/s and CPU ms a step of each stack, over interleaved rounds."""
+  model_flags = (f"--model={name}", f"--model_args={args}", "--batch_size=64",
+                 "--nospec_augment", "--learning_rate=0.003")
+  runs = {s: [] for s in stacks}
+  for r in range(FLAGS.rounds):
+    for stack in stacks[r % len(stacks):] + stacks[:r % len(stacks)]:
+      result = bench_stacks.run_round(bench_stacks.stack_python(stack),
+                                      os.path.join(FLAGS.out_dir, f"result-{stack}.json"),
+                                      model_flags)
+      runs[stack].append(result)
+      _log(f"  {name} {args} {stack}: {result['steps_per_s']:.2f} steps/s")
+  return {s: {"steps_per_s": statistics.median(x["steps_per_s"] for x in rs),
+              "cpu_ms_per_step": statistics.median(x["cpu_ms_per_step"] for x in rs)}
+          for s, rs in runs.items()}
+
+
+def accuracy(name: str, args: str) -> dict:
+  """Test accuracy after --train_steps on the demo data: known voices, and held-out ones."""
+  model_dir = os.path.join(FLAGS.runs_dir, f"{name}-{args.replace(',', '-') or 'default'}")
+  summary = _audioclf("train", "--flagfile=flags/demo.flags", f"--model={name}",
+                      f"--model_args={args}", f"--model_dir={model_dir}",
+                      f"--train_steps={FLAGS.train_steps}")
+  return {"test_accuracy": summary["test_accuracy"], "train_seconds": summary["wall_seconds"],
+          "model_dir": model_dir}
+
+
+def _audioclf(*args) -> dict:
+  """`python -m audioclf <args>` on the current stack; its JSON line."""
+  python = bench_stacks.stack_python("current")
+  proc = subprocess.run([python, "-m", "audioclf", *args], cwd=ROOT, capture_output=True,
+                        text=True, timeout=4 * 3600)
+  if proc.returncode != 0:
+    raise RuntimeError(f"audioclf {' '.join(args)} exited {proc.returncode}:\n"
+                       f"{proc.stderr[-3000:]}")
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _log(msg: str) -> None:
+  print(msg, file=sys.stderr, flush=True)
+
+
+def table(rows: list[dict], stacks: list[str]) -> str:
+  """The markdown table of `rows`."""
+  head = (["model", "args", "parameters", "MACs / clip"]
+          + [f"steps/s {s}" for s in stacks] + ["test accuracy (known voices)"])
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    cells = [r["model"], f"`{r['args']}`" if r["args"] else "defaults", f"{r['parameters']:,}",
+             f"{r['macs'] / 1e6:.1f}M"]
+    cells += [f"{r['speed'][s]['steps_per_s']:.2f}" for s in stacks]
+    cells += [f"{r['test_accuracy']:.3f}" if r.get("test_accuracy") is not None else "-"]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main(argv) -> None:
+  del argv
+  start, load_before = time.perf_counter(), measured.load()
+  stacks = [s for s in bench_stacks.STACKS if os.access(bench_stacks.stack_python(s), os.X_OK)]
+  os.makedirs(FLAGS.out_dir, exist_ok=True)
+  rows = []
+  for row in FLAGS.rows:
+    name, args = parse_row(row)
+    _log(f"{name} {args or '(defaults)'}")
+    result = {"model": name, "args": args, **size_and_cost(name, args),
+              "speed": speeds(name, args, stacks)}
+    if FLAGS.train_steps:
+      result.update(accuracy(name, args))
+    rows.append(result)
+  text = table(rows, stacks)
+  print(text)
+  record = {"bench": "bench_models", "rows": rows, "stacks": stacks, "rounds": FLAGS.rounds,
+            "train_steps": FLAGS.train_steps, "seconds": round(time.perf_counter() - start)}
+  if FLAGS.write_docs:
+    command = "python tools/bench_models.py " + " ".join(sys.argv[1:])
+    body = (f"{text}\n\nsteps/s: Keras fit, batch 64, median of {FLAGS.rounds} interleaved "
+            f"rounds of {FLAGS.steps} steps per stack. Accuracy: {FLAGS.train_steps} steps of "
+            "flags/demo.flags on the current stack.\n")
+    measured.write("bench_models", "Built-in models", command.strip(), body, record,
+                   load_before=load_before)
+  print(json.dumps(record))
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
