@@ -1,8 +1,8 @@
 """migrate_estimator(): an Estimator a team's own code built with model_to_estimator, carried to Keras 3.
 
-  python -m audioclf migrate --from_model_dir=<their estimator dir> \
-      --model=team_models:raw_conv --to_model_dir=runs/raw_conv-keras3 \
-      [--model_args=...] [--mapping=map.json] \
+  python -m audioclf migrate --from_model_dir=<their estimator dir> \\
+      --model=team_models:raw_conv --to_model_dir=runs/raw_conv-keras3 \\
+      [--model_args=...] [--mapping=map.json] \\
       [--data_dir=data --sample_rate=16000 --clip_seconds=0.25]   # also a model_dir
 
 audioclf never built this model: the team's builder (`--model`, a function

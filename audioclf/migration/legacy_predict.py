@@ -1,7 +1,7 @@
 """A team's Estimator's own probabilities, on the legacy stack: model_to_estimator over its model_dir.
 
-  .venv-legacy/bin/python -m audioclf.migration.legacy_predict \
-      --from_model_dir=<their estimator dir> --model=team_models:raw_conv [--model_args=...] \
+  .venv-legacy/bin/python -m audioclf.migration.legacy_predict \\
+      --from_model_dir=<their estimator dir> --model=team_models:raw_conv [--model_args=...] \\
       --inputs=inputs.npz --output=legacy_probabilities.npz
 
 What `audioclf migrate --report` runs on the legacy stack for an Estimator
