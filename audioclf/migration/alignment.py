@@ -96,11 +96,14 @@ def read_mapping(path: str) -> dict[str, Optional[int]]:
     raise MigrationError(f"--mapping={path}: must be {MAPPING_HELP}")
   mapping = {}
   for name, target in raw.items():
-    match = re.fullmatch(rf"(?:{LAYER_PREFIX})?(\d+)", str(target)) if target is not None else None
-    if target is not None and (match is None or isinstance(target, (bool, float))):
+    match = re.fullmatch(rf"{LAYER_PREFIX}(\d+)", target) if isinstance(target, str) else None
+    if isinstance(target, int) and not isinstance(target, bool):
+      mapping[name] = target
+    elif match or target is None:
+      mapping[name] = int(match.group(1)) if match else None
+    else:
       raise MigrationError(f"--mapping={path}: {name!r}: {target!r} is not "
-                           f"\"{LAYER_PREFIX}<i>\" or null")
-    mapping[name] = int(match.group(1)) if match else None
+                           f"\"{LAYER_PREFIX}<i>\", an index or null")
   return mapping
 
 
