@@ -39,9 +39,16 @@ pytestmark = pytest.mark.current_only
 
 @pytest.fixture(autouse=True)
 def team_code(monkeypatch):
-  """The team's builders on the path, as PYTHONPATH puts them there, and fresh layer names."""
+  """The team's builders on the path, as PYTHONPATH puts them there, and fresh layer names.
+
+  `team_models` is imported afresh and forgotten after: other tests write a
+  module of that name of their own.
+  """
   monkeypatch.syspath_prepend(FOREIGN)
+  sys.modules.pop("team_models", None)
   keras.backend.clear_session()
+  yield
+  sys.modules.pop("team_models", None)
 
 
 class Fixture:

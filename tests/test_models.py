@@ -1,6 +1,7 @@
 """build_model / compile_model: the contract every engine, the tuner and export rely on."""
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -109,10 +110,21 @@ def test_optimizer_args_reach_the_optimizer_and_one_it_does_not_take_is_named():
     models.make_optimizer(params.replace(optimizer_args={"betas": 1}))
 
 
-def test_optimizer_model_is_the_builders_own(monkeypatch):
-  """A team's whole model, compiled by its builder (SGD, lr 0.01, momentum 0.9), keeps that optimizer."""
+@pytest.fixture
+def team_models(monkeypatch):
+  """tests/fixtures/foreign's team_models, imported afresh and forgotten after.
+
+  tests/test_registry.py writes a module of that name of its own.
+  """
   monkeypatch.syspath_prepend(FOREIGN)
-  params = Params(sample_rate=16000, clip_seconds=0.25, model="team_models:raw_conv",
+  sys.modules.pop("team_models", None)
+  yield "team_models"
+  sys.modules.pop("team_models", None)
+
+
+def test_optimizer_model_is_the_builders_own(team_models):
+  """A team's whole model, compiled by its builder (SGD, lr 0.01, momentum 0.9), keeps that optimizer."""
+  params = Params(sample_rate=16000, clip_seconds=0.25, model=f"{team_models}:raw_conv",
                   optimizer="model").validate()
   model = models.compile_model(models.build_model(params, 4), params)
   whole = model.get_layer("raw_conv")
