@@ -16,6 +16,9 @@ MODES = ("train", "eval", "infer")  # The strings of tf.estimator.ModeKeys.
 SPLITS = ("train", "validation", "test")
 # Name -> the Keras optimizer class (the same name in Keras 2 and 3): the one list of optimizers.
 OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
+# --optimizer's other choice: the one a whole model's builder compiled its model with (a team's
+# model as it trained before, which audioclf.migration carries, with any schedule of its own).
+BUILDERS_OPTIMIZER = "model"
 # The engines; each is the module audioclf.engines.<name>_engine (audioclf.engines.get).
 ENGINES = ("keras", "estimator")
 # Name -> keras-tuner's tuner class: the one list of tuners (audioclf.tuning.tuners).
@@ -31,7 +34,7 @@ class ParamError(ValueError):
 
 
 class ModelArgs(dict):
-  """A model's own hyperparameters (--model_args): a frozen, hashable dict of name -> value.
+  """A model's own hyperparameters (--model_args), or an optimizer's: a frozen, hashable dict.
 
   Given as a dict, JSON (`{"blocks": 3}`) or name=value pairs
   (`blocks=3,width=48`), each value read as JSON where it is JSON (3, 0.5,
@@ -261,7 +264,14 @@ class Params:
   lr_schedule: str = _field(
       "constant", "constant, or cosine: decay the learning rate to 0 at train_steps.",
       Rule(choices=("constant", "cosine")))
-  optimizer: str = _field("adam", "adam, sgd or rmsprop.", Rule(choices=tuple(OPTIMIZERS)))
+  optimizer: str = _field(
+      "adam", "adam, sgd, rmsprop, or model: the optimizer a whole model's builder compiled it "
+      "with, its own learning rate and schedule included (--learning_rate and --lr_schedule "
+      "do not apply).", Rule(choices=(*OPTIMIZERS, BUILDERS_OPTIMIZER)))
+  optimizer_args: ModelArgs = _field(
+      ModelArgs(), "The optimizer's other constructor arguments (momentum=0.9 for sgd; "
+      "epsilon=1e-14), name=value pairs or JSON; with --optimizer=model they replace the "
+      "builder's values (learning_rate too).")
   seed: int = _field(0, "Seed of weights and augmentation.", _SEED, data=True)
   log_every_steps: int = _field(50, "Log and write summaries every this many steps.",
                                 Rule(ge=0, why="0 logs once per evaluation"))
@@ -293,11 +303,12 @@ class Params:
     # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
     for name, item in _ITEMS.items():
       object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
-    args = self.model_args
-    if isinstance(args, str):
-      args = _parse_model_args(args)
-    if isinstance(args, Mapping):  # Else left as given, for validate to refuse.
-      object.__setattr__(self, "model_args", ModelArgs(args))
+    for name in ("model_args", "optimizer_args"):
+      args = getattr(self, name)
+      if isinstance(args, str):
+        args = _parse_model_args(args)
+      if isinstance(args, Mapping):  # Else left as given, for validate to refuse.
+        object.__setattr__(self, name, ModelArgs(args))
 
   def data_key(self) -> tuple:
     """The values of every field the data layer reads: equal keys, equal datasets."""
@@ -429,6 +440,12 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if not MODEL_NAME.match(p.model):
     yield (f"--model={p.model}: must be a registered model's name (cnn, ds_cnn, ...) or "
            "module:function")
+  if p.optimizer == BUILDERS_OPTIMIZER and p.lr_schedule != "constant":
+    yield (f"--lr_schedule={p.lr_schedule}: --optimizer=model keeps the builder's own learning "
+           "rate (and schedule); leave --lr_schedule constant")
+  if "learning_rate" in p.optimizer_args and p.optimizer != BUILDERS_OPTIMIZER:
+    yield (f"--optimizer_args={p.optimizer_args.flag()}: give the learning rate as "
+           "--learning_rate (optimizer_args may set it only with --optimizer=model)")
   low, high = p.noise_snr_db
   if low > high:
     yield f"--noise_snr_db={flag_value(p.noise_snr_db)}: must be min,max with min <= max"

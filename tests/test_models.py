@@ -1,5 +1,8 @@
 """build_model / compile_model: the contract every engine, the tuner and export rely on."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,7 +12,9 @@ from audioclf import Params, compat
 from audioclf.compat import keras
 from audioclf.model import build as models
 from audioclf.model import registry
+from audioclf.params import ParamError
 
+FOREIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "foreign")
 PARAMS = Params(sample_rate=8000, clip_seconds=0.5, model_args={"width": 8}, n_mels=20)
 # Every built-in model, small: its own arguments at a size that builds in a second.
 SMALL = {"cnn": {"width": 8}, "ds_cnn": {"width": 8}, "bc_resnet": {"sub_bands": 1},
@@ -94,6 +99,47 @@ def test_estimator_gets_the_legacy_optimizer_family(name, cls):
   legacy = models.make_optimizer(PARAMS.replace(optimizer=name, engine="estimator"))
   assert compat.is_legacy_optimizer(legacy)
   assert type(legacy).__name__ == cls
+
+
+def test_optimizer_args_reach_the_optimizer_and_one_it_does_not_take_is_named():
+  params = PARAMS.replace(optimizer="sgd", optimizer_args="momentum=0.9,nesterov=true")
+  config = models.make_optimizer(params).get_config()
+  assert config["momentum"] == pytest.approx(0.9) and config["nesterov"] is True
+  with pytest.raises(ParamError, match=r"^--optimizer_args=betas=1: SGD takes no argument "
+                                       r"'betas'; it takes .*momentum"):
+    models.make_optimizer(params.replace(optimizer_args={"betas": 1}))
+
+
+@pytest.fixture
+def team_models(monkeypatch):
+  """tests/fixtures/foreign's team_models, imported afresh and forgotten after.
+
+  tests/test_registry.py writes a module of that name of its own.
+  """
+  monkeypatch.syspath_prepend(FOREIGN)
+  sys.modules.pop("team_models", None)
+  yield "team_models"
+  sys.modules.pop("team_models", None)
+
+
+def test_optimizer_model_is_the_builders_own(team_models):
+  """A team's whole model, compiled by its builder (SGD, lr 0.01, momentum 0.9), keeps that optimizer."""
+  params = Params(sample_rate=16000, clip_seconds=0.25, model=f"{team_models}:raw_conv",
+                  optimizer="model").validate()
+  model = models.compile_model(models.build_model(params, 4), params)
+  whole = model.get_layer("raw_conv")
+  assert model.optimizer is whole.optimizer  # One object: both models train alike.
+  config = model.optimizer.get_config()
+  assert (type(model.optimizer).__name__, config["momentum"]) == ("SGD", pytest.approx(0.9))
+  assert float(config["learning_rate"]) == pytest.approx(0.01)
+  changed = params.replace(optimizer_args={"momentum": 0.5, "learning_rate": 0.1})
+  config = models.compile_model(models.build_model(changed, 4), changed).optimizer.get_config()
+  assert (config["momentum"], float(config["learning_rate"])) == (0.5, pytest.approx(0.1))
+  with pytest.raises(ParamError, match="--optimizer=model: .* --model=cnn builds no whole model"):
+    body = PARAMS.replace(optimizer="model")
+    models.compile_model(models.build_model(body, 3), body)
+  with pytest.raises(ParamError, match="^--lr_schedule=cosine: --optimizer=model keeps"):
+    params.replace(lr_schedule="cosine").validate()
 
 
 def test_unknown_optimizer_lists_choices():

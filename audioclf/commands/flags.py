@@ -101,13 +101,22 @@ def define_migrate_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The Params flags (for --report's data), plus audioclf migrate's own. Idempotent."""
   define_model_dir_flags(flag_values)
   for name, help_ in (
-      ("from_model_dir", "A model_dir the legacy stack (TensorFlow 2.15, Keras 2) wrote."),
+      ("from_model_dir", "A model_dir the legacy stack (TensorFlow 2.15, Keras 2) wrote; with "
+                         "--model, the model_dir of an Estimator a team's own code built with "
+                         "model_to_estimator (--model names its builder)."),
       ("to_model_dir", "The new, empty model_dir for the current stack (Keras 3)."),
+      ("mapping", "With --model: a .json of Keras 3 layer name -> \"layer_with_weights-<i>\" "
+                  "(or null: left as built), where the builder's layers do not line up with "
+                  "the checkpoint's (migrate then prints both sides)."),
+      ("report_inputs", "--report, with --model: an .npz of the inputs to compare on, keyed by "
+                        "the model's input name (or x_<name>); a raw-audio model with "
+                        "--data_dir uses the --split's clips instead."),
       ("legacy_python", "--report: the legacy stack's Python, run for the legacy model's "
                         "probabilities (default $AUDIOCLF_LEGACY_PYTHON, else .venv-legacy)."),
       ("legacy_probabilities", "--report: the legacy model's probabilities, as "
-                               "`audioclf predict --save_probabilities=` wrote them on the "
-                               "legacy stack, instead of running it.")):
+                               "`audioclf predict --save_probabilities=` (with --model: "
+                               "audioclf.migration.legacy_predict) wrote them on the legacy "
+                               "stack, instead of running it.")):
     if name not in flag_values:
       flags.DEFINE_string(name, None, help_, flag_values=flag_values)
   if "carry_optimizer_state" not in flag_values:

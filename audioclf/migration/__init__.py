@@ -1,6 +1,8 @@
-"""Migration: a model_dir the legacy stack wrote, as one the current stack (Keras 3) trains on.
+"""Migration: a model_dir the legacy stack wrote, or a team's own Estimator, on Keras 3.
 
   python -m audioclf migrate --from_model_dir=runs/old --to_model_dir=runs/old-keras3 [--report]
+  python -m audioclf migrate --from_model_dir=<their estimator dir> --model=<their builder> \\
+      --to_model_dir=runs/theirs-keras3 [--mapping=map.json] [--data_dir=...] [--report]
 
 Turns a model_dir the legacy stack wrote (TensorFlow 2.15, Keras 2; either
 engine) into one the current stack (Keras 3) trains, evaluates, predicts and
@@ -42,9 +44,24 @@ stack, which this process is not, so they come from a file
 .venv-legacy). The clips are then the --split of the model's data (the file's
 own clips when one is given); their true labels come from the data's manifest.
 
-  checkpoint.py  what a legacy checkpoint holds, read without Keras 2
-  weights.py     its layers' values given to the same model built with Keras 3
-  optimizer.py   the optimizer's step and slots
-  migrate.py     migrate(): the new model_dir, written whole or not at all
-  parity.py      --report: both models on the same held-out clips
+An Estimator audioclf never built, one a team's own code made with
+`model_to_estimator(their_keras_model)` (`--model` names the builder that
+returns that model, compiled), goes the same road (foreign.py): the builder
+builds it on Keras 3, the layers are paired by order or by a mapping file
+(printed side by side where they do not line up), the step and the slots go
+into the builder's own optimizer (Adam's m, v; RMSprop's rms, its epsilon
+squared where Keras 2 added it outside the square root; SGD's momentum), and
+the result is a `model.keras` that plain Keras loads, plus, for a model of
+one raw-audio input, a model_dir audioclf trains on. A checkpoint of no Keras
+model (a model_fn's own variables) is refused in one line saying what it
+holds. docs/migration.md has the commands.
+
+  checkpoint.py      what a legacy checkpoint holds, read without Keras 2
+  alignment.py       which Keras 3 layer gets which layer_with_weights-<i>; the mismatch table
+  weights.py         the layers' values given to the model built with Keras 3
+  optimizer.py       the optimizer's step and slots (and a builder's optimizer's arguments)
+  migrate.py         migrate(): audioclf's own model_dir, written whole or not at all
+  foreign.py         migrate_estimator(): a team's Estimator, by its builder
+  parity.py          --report: both models on the same held-out clips or inputs
+  legacy_predict.py  a team's Estimator's own probabilities (runs on the legacy stack)
 """

@@ -59,7 +59,7 @@ def migrate(from_model_dir: str, to_model_dir: str,
 
   params = saved.replace(engine="keras", model_dir=to_model_dir)
   model = models.compile_model(models.build_model(params, len(labels)), params)
-  names = assign_weights(model, legacy)
+  names = assign_weights(model, legacy).names
   not_carried = assign_optimizer_state(model, legacy, names, params.optimizer,
                                        slots=carry_optimizer_state)
   if carry_optimizer_state and legacy.slots is None and ORDERED_SLOTS.get(params.optimizer):

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from audioclf.compat import keras
+from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.deploy import predict as predict_lib
+from audioclf.migration import foreign, legacy_predict
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
@@ -139,6 +144,10 @@ def report_table(report: dict[str, Any]) -> str:
   def cell(value):
     return f"{value:9.3f}" if value is not None else f"{'-':>9s}"
 
+  if "legacy_per_class" not in report:  # A team's model on inputs without labels.
+    return (f"{report['inputs']} inputs; max |p_legacy - p_migrated| = "
+            f"{report['max_abs_difference']:.3g}; same top class on "
+            f"{100 * report['same_prediction']:.1f}%")
   width = max(len("class"), *(len(label) for label in report["labels"]))
   lines = [f"{'class':<{width}s} {'legacy':>9s} {'migrated':>9s}"]
   for label in report["labels"]:
@@ -146,7 +155,110 @@ def report_table(report: dict[str, Any]) -> str:
                  f"{cell(report['migrated_per_class'][label])}")
   lines.append(f"{'all':<{width}s} {cell(report['legacy_accuracy'])} "
                f"{cell(report['migrated_accuracy'])}")
-  lines.append(f"{report['clips']} clips; max |p_legacy - p_migrated| = "
+  lines.append(f"{report.get('clips', report.get('inputs'))} clips; max |p_legacy - p_migrated| = "
                f"{report['max_abs_difference']:.3g}; same top class on "
                f"{100 * report['same_prediction']:.1f}%")
   return "\n".join(lines)
+
+
+def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Optional[str] = None,
+                     params: Optional[Params] = None, split: str = "validation",
+                     probabilities_file: Optional[str] = None, python: Optional[str] = None
+                     ) -> dict[str, Any]:
+  """The parity report of a team's Estimator (migrate_estimator) and its model.keras.
+
+  The inputs are an .npz keyed by the model's input name (or x_<name>), or,
+  for a model_dir of a raw-audio model, the `split`'s clips of its data (then
+  with true labels and per-class accuracy, as `parity_report`). The legacy
+  probabilities come from a file (an .npz holding `probabilities`, one row per
+  input: legacy_predict's output, or tests/fixtures/foreign's parity.npz), or
+  from running legacy_predict with the legacy stack's Python.
+
+  Returns:
+    {"inputs", "split", "labels", "max_abs_difference", "same_prediction",
+    "legacy_source"}, and with true labels "legacy_accuracy",
+    "migrated_accuracy", "legacy_per_class", "migrated_per_class".
+
+  Raises:
+    MigrationError: no inputs, no legacy probabilities, or either of another shape.
+  """
+  with open(os.path.join(to_model_dir, foreign.RECORD_FILE)) as f:
+    record = json.load(f)
+  model = keras.saving.load_model(os.path.join(to_model_dir, foreign.KERAS_FILE))
+  name = record["input"]["name"]
+  labels = truth = None
+  if inputs_file:
+    inputs, split = legacy_predict.inputs_of(inputs_file, name), None
+  elif record["model_dir"]:
+    params = params or model_dir_lib.read_params(to_model_dir)
+    labels = model_dir_lib.read_labels(to_model_dir)
+    examples = manifest_lib.load(params).split(split)
+    if not examples:
+      raise MigrationError(f"the {split} split of {params.data_dir or params.manifest!r} is empty")
+    inputs = np.stack([predict_lib.center_clip(
+        decode.decode_file(e.path, params.sample_rate, params.resample_quality),
+        params.clip_samples) for e in examples])
+    truth = np.array([labels.index(e.label) for e in examples])
+  else:
+    raise MigrationError(
+        f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with an "
+        f"array named {name!r}, {record['input']['shape']} per example>"
+        + (", or --data_dir (with --sample_rate, --clip_seconds) for this raw-audio model's "
+           "clips" if len(record["input"]["shape"]) == 1 else ""))
+  if list(inputs.shape[1:]) != record["input"]["shape"]:
+    raise MigrationError(f"the inputs are {list(inputs.shape[1:])} each, the model takes "
+                         f"{record['input']['shape']}")
+  if probabilities_file is None:
+    probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
+    source = _run_legacy_predict(python, from_model_dir, record, inputs, probabilities_file)
+  else:
+    source = probabilities_file
+  with np.load(probabilities_file) as saved:
+    legacy = saved[legacy_predict.PROBABILITIES]
+  migrated = model.predict(inputs, batch_size=64, verbose=0)
+  if legacy.shape != migrated.shape:
+    raise MigrationError(f"{probabilities_file!r} holds probabilities {list(legacy.shape)}, the "
+                         f"migrated model gives {list(migrated.shape)} on the inputs")
+  report = {"inputs": len(inputs), "split": split, "labels": labels,
+            "max_abs_difference": float(np.max(np.abs(legacy - migrated))),
+            "same_prediction": float(np.mean(np.argmax(legacy, 1) == np.argmax(migrated, 1))),
+            "legacy_source": source}
+  if truth is not None:
+    report.update(
+        legacy_accuracy=float(np.mean(np.argmax(legacy, 1) == truth)),
+        migrated_accuracy=float(np.mean(np.argmax(migrated, 1) == truth)),
+        legacy_per_class=per_class_accuracy(legacy, truth, labels),
+        migrated_per_class=per_class_accuracy(migrated, truth, labels))
+  return report
+
+
+def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict[str, Any],
+                        inputs: np.ndarray, out: str, timeout: float = 600) -> str:
+  """Runs legacy_predict with the legacy stack's Python; returns the source, in words.
+
+  Raises:
+    MigrationError: no legacy Python, or its run failed (its stderr's end in the message).
+  """
+  python = python or legacy_python()
+  if not python:
+    raise MigrationError(
+        "--report needs the Estimator's probabilities from the legacy stack: give "
+        "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
+        "--legacy_probabilities=<the .npz `python -m audioclf.migration.legacy_predict` wrote "
+        "there>")
+  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (checkout, os.environ.get("PYTHONPATH")) if p))
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  with tempfile.TemporaryDirectory(prefix="audioclf-report-") as tmp:
+    inputs_file = os.path.join(tmp, "inputs.npz")
+    np.savez(inputs_file, **{record["input"]["name"]: inputs})
+    cmd = [python, "-m", "audioclf.migration.legacy_predict", f"--from_model_dir={from_model_dir}",
+           f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}",
+           f"--inputs={inputs_file}", f"--output={out}"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+  if proc.returncode != 0 or not os.path.isfile(out):
+    raise MigrationError(f"the Estimator's predictions failed ({python} -m "
+                         f"audioclf.migration.legacy_predict, exit {proc.returncode}): "
+                         f"{proc.stderr[-2000:]}")
+  return f"{python} -m audioclf.migration.legacy_predict"

@@ -6,11 +6,14 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Optional
+
 from audioclf import compat
 from audioclf.compat import keras
 from audioclf.model import registry
 from audioclf.model.features import LogMelSpectrogram, SpecAugment
-from audioclf.params import OPTIMIZERS, ParamError, Params
+from audioclf.params import BUILDERS_OPTIMIZER, OPTIMIZERS, ParamError, Params
 
 INPUT_NAME = "waveform"  # Must equal input_fn's features key: model_to_estimator maps by name.
 OUTPUT_NAME = "probabilities"
@@ -108,19 +111,52 @@ def predict_fn(model: keras.Model):
   return lambda waveforms: model.predict_on_batch(inputs(waveforms))
 
 
-def make_optimizer(params: Params) -> keras.optimizers.Optimizer:
+def make_optimizer(params: Params, model: Optional[keras.Model] = None
+                   ) -> keras.optimizers.Optimizer:
   """The optimizer `params.optimizer` names, at `params.learning_rate` and its schedule.
 
   The Estimator engine gets the optimizer family model_to_estimator needs
-  (`compat.optimizers`).
+  (`compat.optimizers`). `--optimizer=model` is the optimizer `model`'s whole
+  model was compiled with by its builder, as it is; params.optimizer_args
+  change any optimizer's constructor arguments.
 
   Raises:
     ValueError: an unknown optimizer name.
+    ParamError: optimizer_args the optimizer does not take; --optimizer=model
+      without a whole model compiled by its builder.
   """
+  if params.optimizer == BUILDERS_OPTIMIZER:
+    return _builders_optimizer(params, model)
   if params.optimizer not in OPTIMIZERS:
     raise ValueError(f"unknown optimizer {params.optimizer!r}; choose one of {sorted(OPTIMIZERS)}")
   family = compat.optimizers(for_estimator=params.engine == "estimator")
-  return getattr(family, OPTIMIZERS[params.optimizer])(learning_rate=learning_rate(params))
+  optimizer_class = getattr(family, OPTIMIZERS[params.optimizer])
+  takes = [name for name, p in inspect.signature(optimizer_class).parameters.items()
+           if p.kind == p.POSITIONAL_OR_KEYWORD and name != "learning_rate"]
+  _check_optimizer_args(params, optimizer_class.__name__, takes)
+  return optimizer_class(learning_rate=learning_rate(params), **params.optimizer_args)
+
+
+def _builders_optimizer(params: Params, model: Optional[keras.Model]):
+  """The optimizer the whole model inside `model` was compiled with, changed by optimizer_args."""
+  whole = [layer for layer in getattr(model, "layers", ()) if isinstance(layer, keras.Model)]
+  optimizer = getattr(whole[0], "optimizer", None) if len(whole) == 1 else None
+  if optimizer is None:
+    raise ParamError(f"--optimizer=model: the optimizer a whole model's builder compiled it "
+                     f"with, and --model={params.model} "
+                     f"{'builds no whole model' if len(whole) != 1 else 'returns it uncompiled'}")
+  if not params.optimizer_args:
+    return optimizer  # The very object: the builder's model and audioclf's train it alike.
+  config = optimizer.get_config()
+  _check_optimizer_args(params, type(optimizer).__name__, [k for k in config if k != "name"])
+  return type(optimizer).from_config({**config, **params.optimizer_args})
+
+
+def _check_optimizer_args(params: Params, optimizer: str, takes: list[str]) -> None:
+  unknown = sorted(set(params.optimizer_args) - set(takes))
+  if unknown:
+    raise ParamError(f"--optimizer_args={params.optimizer_args.flag()}: {optimizer} takes no "
+                     f"argument {unknown[0]!r}; it takes {', '.join(takes)}")
 
 
 def learning_rate(params: Params):
@@ -144,7 +180,7 @@ def compile_model(model: keras.Model, params: Params) -> keras.Model:
   Returns:
     `model`, for chaining.
   """
-  model.compile(optimizer=make_optimizer(params),
+  model.compile(optimizer=make_optimizer(params, model),
                 loss=keras.losses.SparseCategoricalCrossentropy(),
                 metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
   return model

@@ -45,8 +45,8 @@ STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.s
 # Fields that decide the variables or what they mean: a checkpoint only makes
 # sense in a model built with the same values. (learning_rate, train_steps or
 # the data may change between a run and its resume.)
-ARCHITECTURE_FIELDS = ("model", "model_args", "optimizer", "sample_rate", "clip_seconds",
-                       "n_mels", "frame_ms", "stride_ms", "fmin", "fmax")
+ARCHITECTURE_FIELDS = ("model", "model_args", "optimizer", "optimizer_args", "sample_rate",
+                       "clip_seconds", "n_mels", "frame_ms", "stride_ms", "fmin", "fmax")
 
 
 class ModelDirError(ValueError):

@@ -1,0 +1,247 @@
+"""migrate_estimator(): an Estimator a team's own code built with model_to_estimator, carried to Keras 3.
+
+  python -m audioclf migrate --from_model_dir=<their estimator dir> \\
+      --model=team_models:raw_conv --to_model_dir=runs/raw_conv-keras3 \\
+      [--model_args=...] [--mapping=map.json] \\
+      [--data_dir=data --sample_rate=16000 --clip_seconds=0.25]   # also a model_dir
+
+audioclf never built this model: the team's builder (`--model`, a function
+of keyword arguments that returns its compiled keras.Model, the one they gave
+model_to_estimator) builds it again on Keras 3, and the checkpoint's values go
+into it (alignment.py pairs the layers, by order or by a mapping file). The
+step and the optimizer's slots go into the builder's own optimizer, whose
+hyperparameters stay the builder's (differences from the checkpoint's are
+named). What comes out, in to_model_dir:
+
+  model.keras      the team's model, compiled with the carried optimizer state:
+                   keras.saving.load_model() loads it with plain Keras
+  migration.json   the record: what was carried, what was not, what differs
+  labels.txt, params.json, model.ckpt-<step>.*, train.flags
+                   with --data_dir (or --manifest) and a model of one raw-audio
+                   input of clip_samples: a model_dir audioclf trains on
+                   (`python -m audioclf train --flagfile=<to>/train.flags
+                   --train_steps=...` resumes at the carried step)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Optional, Union
+
+import tensorflow as tf
+
+from audioclf import compat
+from audioclf.compat import keras
+from audioclf.data import manifest as manifest_lib
+from audioclf.migration.alignment import MAPPING_HELP, read_mapping
+from audioclf.migration.checkpoint import LegacyCheckpoint, MigrationError, find_checkpoint
+from audioclf.migration.optimizer import (
+  carry_builders_optimizer,
+  hyperparameter_differences,
+  keras3_arguments,
+)
+from audioclf.migration.weights import assign_weights
+from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
+from audioclf.model import registry
+from audioclf.params import BUILDERS_OPTIMIZER, ModelArgs, ParamError, Params, to_flagfile
+
+KERAS_FILE = "model.keras"
+RECORD_FILE = "migration.json"
+TRAIN_FLAGS = "train.flags"
+BATCH_NORM_NOTE = (
+    "BatchNormalization's moving variance: the Estimator's fused kernel averaged in the "
+    "unbiased batch variance, Keras 3 averages the biased one (2.7e-6 apart after one step on "
+    "tests/fixtures/foreign/spectrogram_cnn; less as batches grow)")
+
+
+def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
+                      model_args: Union[ModelArgs, dict, str] = ModelArgs(),
+                      mapping: Union[None, str, dict[str, Optional[int]]] = None,
+                      carry_optimizer_state: bool = True,
+                      params: Optional[Params] = None) -> dict[str, Any]:
+  """Writes to_model_dir: the Estimator in from_model_dir, as the team's builder builds it on Keras 3.
+
+  Args:
+    from_model_dir: the Estimator's model_dir (its `checkpoint` file and the
+      checkpoint it names; moved folders are fine).
+    to_model_dir: a folder that does not exist yet, or is empty.
+    model: the builder, `module:function` (module on PYTHONPATH) or a
+      registered name.
+    model_args: the builder's keyword arguments.
+    mapping: Keras 3 layer name -> legacy layer index or None (alignment.py),
+      or the path of such a .json; None pairs the layers by order.
+    carry_optimizer_state: False leaves the slots fresh (at the carried step).
+    params: with a data source (data_dir or manifest), sample_rate and
+      clip_seconds: also write a model_dir audioclf trains on, its labels from
+      the data; its other fields (batch_size...) go into its params.json.
+
+  Returns:
+    The record, also in to_model_dir/migration.json: from_model_dir,
+    checkpoint, steps, builder, model_args, input, classes, weights (values
+    carried), layers ([Keras 3 layer, legacy layer] pairs), optimizer,
+    optimizer_state ("carried", "partial", "fresh"), not_carried and
+    differences (sentences), keras_file, model_dir (None without data),
+    to_model_dir.
+
+  Raises:
+    MigrationError: not on the current stack; no checkpoint, or one of no
+      Keras model; a builder that is not a whole model; layers that do not
+      line up (the message shows both sides); to_model_dir not empty.
+    ParamError: with params, a model that does not take a clip of raw audio or
+      give one probability per label.
+  """
+  _check_folders(from_model_dir, to_model_dir)
+  legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
+  builder = registry.resolve(model)
+  if builder.kind != registry.WHOLE:
+    raise MigrationError(f"--model={model}: {builder.target} is a body ({builder.kind} in); an "
+                         "Estimator's model is a whole keras.Model, from a builder of keyword "
+                         "arguments only")
+  args = builder.arguments(ModelArgs(model_args))
+  if isinstance(mapping, str):
+    mapping = read_mapping(mapping)
+  team, optimizer_changes, changes = _build(builder, args, legacy)
+  optimizer = getattr(team, "optimizer", None)  # Keras 3 has none until compiled.
+  alignment = assign_weights(team, legacy, mapping, model_desc=f"{model}'s model",
+                             hint=f"give --mapping=<{MAPPING_HELP}>")
+  not_carried = alignment.not_carried(legacy)
+  state = "fresh"
+  if optimizer is None:
+    not_carried.append("the step and the optimizer's state: the builder returns its model "
+                       "uncompiled")
+  else:
+    missing, slots_carried = carry_builders_optimizer(team, legacy, alignment.names,
+                                                      carry_optimizer_state)
+    not_carried += missing
+    state = "fresh" if not slots_carried else "partial" if missing else "carried"
+    changes += hyperparameter_differences(optimizer, legacy)
+  if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
+    changes.append(BATCH_NORM_NOTE)
+  record = {
+      "from_model_dir": os.path.abspath(from_model_dir),
+      "checkpoint": os.path.basename(legacy.path),
+      "steps": legacy.step,
+      "builder": builder.target,
+      "model_args": dict(args),
+      "input": {"name": team.inputs[0].name, "shape": list(team.inputs[0].shape[1:])},
+      "classes": int(team.outputs[0].shape[-1]),
+      "weights": len(alignment.names),
+      "layers": alignment.pairs_record(legacy),
+      "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+      "optimizer_changes": optimizer_changes,
+      "optimizer_state": state,
+      "not_carried": not_carried,
+      "differences": changes,
+      "keras_file": os.path.join(to_model_dir, KERAS_FILE),
+      "model_dir": None,
+  }
+  audio = None
+  if params is not None and (params.data_dir or params.manifest):
+    audio = _audio_model_dir(team, params.replace(
+        model=model, model_args=args, optimizer=BUILDERS_OPTIMIZER,
+        optimizer_args=ModelArgs(optimizer_changes), lr_schedule="constant", engine="keras",
+        model_dir=to_model_dir).validate())
+    record["model_dir"] = to_model_dir
+  _write(to_model_dir, team, record, audio, legacy.step)
+  return {**record, "to_model_dir": to_model_dir}
+
+
+def _check_folders(from_model_dir: str, to_model_dir: str) -> None:
+  if not compat.KERAS3:
+    raise MigrationError(f"audioclf migrate writes Keras 3 models: run it on "
+                         f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
+  if not os.path.isdir(from_model_dir):
+    raise MigrationError(f"--from_model_dir {from_model_dir!r} is not a folder")
+  if os.path.exists(to_model_dir) and (not os.path.isdir(to_model_dir) or os.listdir(to_model_dir)):
+    raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
+                         "folder and overwrites nothing; choose a new one")
+
+
+def _build(builder: registry.Model, args: ModelArgs, legacy: LegacyCheckpoint):
+  """The builder's Keras 3 model, its optimizer changed where Keras 3 needs it (keras3_arguments).
+
+  Returns:
+    (model, the optimizer's changed arguments, the changes in words).
+  """
+  team = builder.function(**args)
+  if not isinstance(team, keras.Model):
+    raise MigrationError(f"--model={builder.name}: {builder.target} returned "
+                         f"{type(team).__name__}, not a keras.Model")
+  if len(team.inputs) != 1 or len(team.outputs) != 1:
+    raise MigrationError(f"--model={builder.name}: {builder.target}'s model has "
+                         f"{len(team.inputs)} inputs and {len(team.outputs)} outputs; audioclf "
+                         "migrates models of one input and one output")
+  optimizer = getattr(team, "optimizer", None)
+  if optimizer is None:
+    return team, {}, []
+  changes, why = keras3_arguments(optimizer, legacy)
+  if changes:
+    changed = type(optimizer).from_config({**optimizer.get_config(), **changes})
+    team.compile_from_config({**team.get_compile_config(),
+                              "optimizer": keras.optimizers.serialize(changed)})
+  return team, changes, why
+
+
+def _audio_model_dir(team, params: Params) -> dict[str, Any]:
+  """The model_dir's model (build_model's, the builder inside), given the team model's state.
+
+  Built by build_model and compile_model, as every audioclf command builds it,
+  so its checkpoint restores there. The builder runs a second time for it:
+  its layers get other names but the same variables in the same order, and
+  take `team`'s values one by one, the optimizer's (step and slots) too.
+
+  Returns:
+    {"params", "labels", "model"}.
+  """
+  labels = manifest_lib.load(params).labels
+  try:
+    model = models.compile_model(models.build_model(params, len(labels)), params)
+  except ParamError as e:
+    raise MigrationError(f"no model_dir audioclf trains on: {e}") from e
+  whole = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+  _copy(whole.weights, team.weights, "weights")
+  model.optimizer.build(model.trainable_variables)
+  _copy(model.optimizer.variables, team.optimizer.variables, "optimizer variables")
+  return {"params": params, "labels": labels, "model": model}
+
+
+def _copy(targets: list, sources: list, what: str) -> None:
+  if len(targets) != len(sources) or any(
+      tuple(t.shape) != tuple(s.shape) for t, s in zip(targets, sources)):
+    raise MigrationError(f"the builder built two models of different {what} from the same "
+                         "arguments: it must build the same model every time")
+  for target, source in zip(targets, sources):
+    target.assign(source)
+
+
+def _write(to_model_dir: str, team, record: dict[str, Any], audio: Optional[dict[str, Any]],
+           step: int) -> None:
+  """Writes everything into a folder beside the target, renamed into place: whole or not at all."""
+  parent = os.path.dirname(os.path.abspath(to_model_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".migrate-", dir=parent)
+  try:
+    team.save(os.path.join(tmp, KERAS_FILE))
+    with open(os.path.join(tmp, RECORD_FILE), "w") as f:
+      json.dump(record, f, indent=2)
+      f.write("\n")
+    if audio is not None:
+      params = audio["params"]
+      model_dir_lib.prepare(params.replace(model_dir=tmp), audio["labels"])
+      model_dir_lib.write_params(tmp, params, migration=record)
+      model_dir_lib.checkpoint_manager(tf.train.Checkpoint(audio["model"]), tmp).save(
+          checkpoint_number=step)
+      to_flagfile(params, os.path.join(tmp, TRAIN_FLAGS), header=(
+          f"python -m audioclf train --flagfile={os.path.join(to_model_dir, TRAIN_FLAGS)} "
+          f"--train_steps=<more than {step}>\n"
+          f"resumes the Estimator migrated from {record['from_model_dir']} at step {step}, "
+          f"with {record['builder']}'s module on PYTHONPATH."))
+    if os.path.isdir(to_model_dir):
+      os.rmdir(to_model_dir)  # Empty, checked before.
+    os.rename(tmp, to_model_dir)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
