@@ -56,7 +56,7 @@ def verbose(argv: Sequence[str] = ()) -> bool:
 def start_tensorflow(argv: Sequence[str] = ()) -> None:
   """Imports TensorFlow (and Keras) with their start-up chatter dropped, unless verbose."""
   if verbose(argv) or "tensorflow" in sys.modules:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     return
   # TensorFlow's C++ INFO and WARNING lines after start-up (graph passes, session notes).
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

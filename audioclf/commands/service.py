@@ -33,6 +33,7 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.data import manifest as manifest_lib
   from audioclf.data import pipeline
   from audioclf.data import service as data_service
+  from audioclf.compat import private
   from audioclf.distributed import servers
   # pylint: enable=g-import-not-at-top
   if len(argv) != 2 or argv[1] not in ROLES:
@@ -41,8 +42,8 @@ def main(argv: Sequence[str]) -> None:
     server = servers.dispatcher(FLAGS.port)
     stop = servers.stop_on_signals()
     print(f"dispatcher listening at {server.target}", flush=True)
-    servers.serve(server, lambda: f"dispatcher {server.target}: {server._num_workers()} workers",  # pylint: disable=protected-access
-                  stop, FLAGS.status_every_s)
+    servers.serve(server, lambda: f"dispatcher {server.target}: {private.server_load(server)} "
+                  "workers", stop, FLAGS.status_every_s)
     return
   if not FLAGS.dispatcher:
     raise app.UsageError("a worker needs --dispatcher=host:port")
@@ -56,8 +57,8 @@ def main(argv: Sequence[str]) -> None:
   server = servers.worker(FLAGS.dispatcher, FLAGS.port, FLAGS.worker_host)
   stop = servers.stop_on_signals()
   print(f"worker registered with {FLAGS.dispatcher}", flush=True)
-  servers.serve(server, lambda: f"worker of {FLAGS.dispatcher}: {server._num_tasks()} tasks",  # pylint: disable=protected-access
-                stop, FLAGS.status_every_s)
+  servers.serve(server, lambda: f"worker of {FLAGS.dispatcher}: {private.server_load(server)} "
+                "tasks", stop, FLAGS.status_every_s)
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

@@ -24,6 +24,8 @@ import atexit
 import functools
 import gc
 
+from audioclf.compat import private
+
 
 @functools.cache
 def install() -> None:
@@ -34,22 +36,9 @@ def install() -> None:
 def close_live_iterators() -> int:
   """Destroys the resource of every live eager tf.data iterator; returns how many.
 
-  An iterator's resource is its handle tensor: dropping the last reference
-  deletes it, which stops the iterator's threads and waits for its calls in
-  flight (with the GIL free to serve them). The Python objects stay; using
-  one afterwards fails, which is moot at exit.
+  See compat.private.release_live_iterators: TensorFlow has no public way.
   """
-  try:
-    from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return 0
   gc.collect()  # Iterators only garbage holds go first, the ordinary way.
-  closed = 0
-  for obj in gc.get_objects():
-    if isinstance(obj, iterator_ops.OwnedIterator) and "_iterator_resource" in vars(obj):
-      # Private to TF (2.15 and 2.21 alike), so reached through vars(): were
-      # it renamed, the hook would close nothing rather than fail.
-      del obj._iterator_resource  # pylint: disable=protected-access
-      closed += 1
+  closed = private.release_live_iterators()
   gc.collect()
   return closed

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from audioclf.compat import keras
+from audioclf.compat import private
 from audioclf.engines.clock import StepClock
 
 
@@ -102,7 +103,7 @@ class StallMeter:
     # zip asks its inputs in order, in the caller's get_next: the first
     # stamps the request, the second is the pipeline itself. tf.timestamp is
     # a TF op, so the request costs no Python call.
-    requests = _inline_map(tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat(),
+    requests = private.inline_map(tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat(),
                            lambda _: tf.timestamp())
 
     def probe(requested, element):
@@ -117,22 +118,7 @@ class StallMeter:
     # function is stateful; leaving that option alone leaves the pipeline's
     # own maps as the pipeline set them.)
     options.experimental_optimization.inject_prefetch = False
-    return _inline_map(tf.data.Dataset.zip((requests, dataset)), probe).with_options(options)
-
-
-def _inline_map(dataset: tf.data.Dataset, fn) -> tf.data.Dataset:
-  """dataset.map(fn), its few ops run in the calling thread rather than handed to the op pool.
-
-  The public map sends every op of `fn` through the inter-op thread pool: for
-  the probe's three tiny ops that doubles its cost (0.29 vs 0.14 ms a step
-  on 2 cores, measured with Keras fit). TF exposes the switch only on its
-  private map class; where that is gone, the public map is used.
-  """
-  try:
-    from tensorflow.python.data.ops import map_op  # pylint: disable=g-direct-tensorflow-import
-    return map_op._MapDataset(dataset, fn, use_inter_op_parallelism=False)  # pylint: disable=protected-access
-  except (ImportError, AttributeError, TypeError):
-    return dataset.map(fn)
+    return private.inline_map(tf.data.Dataset.zip((requests, dataset)), probe).with_options(options)
 
 
 class KerasStallCallback(keras.callbacks.Callback):

@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf import compat
+from audioclf.compat import private
 from audioclf.data import fill as fill_lib
 from audioclf.engines import common as engines_common
 from audioclf.params import TUNERS, Params
@@ -105,13 +106,8 @@ def hyperband_iterations(params: Params) -> int:
   """
   oracle = kt.oracles.HyperbandOracle(kt.Objective(OBJECTIVE, "max"),
                                       max_epochs=params.trial_epochs, factor=HYPERBAND_FACTOR)
-  # pylint: disable=protected-access
-  epochs = 0
-  for bracket in range(oracle._get_num_brackets()):
-    for rnd in range(oracle._get_num_rounds(bracket)):
-      previous = oracle._get_epochs(bracket, rnd - 1) if rnd else 0
-      epochs += oracle._get_size(bracket, rnd) * (oracle._get_epochs(bracket, rnd) - previous)
-  # pylint: enable=protected-access
+  epochs = sum(trials * (until - before)
+               for trials, until, before in private.hyperband_schedule(oracle))
   return max(1, round(params.max_trials * params.trial_epochs / epochs))
 
 

@@ -1,0 +1,237 @@
+"""Every use of a private TensorFlow, Keras or keras-tuner symbol in audioclf, and nowhere else.
+
+Each is a small function here, listed in SYMBOLS with the stacks it applies
+to, why no public API does the job, and the upstream issue where there is one.
+tests/test_compat.py imports every listed symbol on the stack it applies to,
+so a release that moves one fails that test by the symbol's name, not some
+distant behaviour. Where a symbol is gone at run time, each function falls
+back to the public way (slower, or without the fix), never fails a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+
+from audioclf.compat.stack import CURRENT_STACK, KERAS3, LEGACY_STACK
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+  module: str  # Where it lives.
+  name: str  # Its attribute path in the module: "Model._symbolic_build".
+  stacks: tuple[str, ...]  # Where audioclf uses it.
+  why: str  # What audioclf needs it for, and why no public API serves.
+  upstream: str = ""  # The issue that would make it unnecessary.
+  # For an attribute an object gets when made, not its class: makes one and returns it.
+  probe: Optional[Callable[[], Any]] = None
+
+
+def _tensorboard_batch_counter():
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  return vars(keras.callbacks.TensorBoard(tempfile.mkdtemp()))["_global_train_batch"]
+
+
+def _iterator_resource():
+  return vars(iter(tf.data.Dataset.range(1)))["_iterator_resource"]
+
+
+def _model_train_counter():
+  import keras  # pylint: disable=g-import-not-at-top
+  model = keras.Sequential([keras.layers.Dense(1, input_shape=(1,))])
+  return vars(model)["_train_counter"]
+
+
+BOTH = (LEGACY_STACK, CURRENT_STACK)
+SYMBOLS = (
+    Symbol("keras", "Model._symbolic_build", (CURRENT_STACK,),
+           "build a model's metrics from a batch spec before fit under several replicas"),
+    Symbol("keras.src.backend.tensorflow.trainer", "reduce_per_replica", (CURRENT_STACK,),
+           "average a multi-worker step's scalar logs without an axis", "keras-team/keras#20585"),
+    Symbol("keras.src.backend.tensorflow.trainer", "_collective_all_reduce_multi_worker",
+           (CURRENT_STACK,), "tell a multi-worker strategy in that reduction",
+           "keras-team/keras#20585"),
+    Symbol("keras.callbacks", "TensorBoard()._global_train_batch", (CURRENT_STACK,),
+           "step a resumed run's batch summaries by the global step",
+           probe=_tensorboard_batch_counter),
+    Symbol("keras", "Model()._train_counter", (LEGACY_STACK,),
+           "the same on Keras 2, where the model keeps the counter", probe=_model_train_counter),
+    Symbol("tensorflow.python.framework.ops", "_gradient_registry._registry", BOTH,
+           "forget a tuner trial's traced gradients (9-14 MB a trial otherwise)",
+           "tensorflow#61791, tf-keras#286"),
+    Symbol("tensorflow.python.data.ops.map_op", "_MapDataset", BOTH,
+           "run the stall probe's three ops inline (use_inter_op_parallelism=False): half its "
+           "cost"),
+    Symbol("keras_tuner.oracles", "HyperbandOracle._get_num_brackets", BOTH,
+           "size Hyperband's sweeps to a budget of full trials"),
+    Symbol("keras_tuner.oracles", "HyperbandOracle._get_num_rounds", BOTH, "the same"),
+    Symbol("keras_tuner.oracles", "HyperbandOracle._get_epochs", BOTH, "the same"),
+    Symbol("keras_tuner.oracles", "HyperbandOracle._get_size", BOTH, "the same"),
+    Symbol("tensorflow.python.data.ops.iterator_ops", "OwnedIterator", BOTH,
+           "find the live tf.data iterators at exit (data.exit_guard)"),
+    Symbol("tensorflow.python.data.ops.iterator_ops", "OwnedIterator()._iterator_resource", BOTH,
+           "release an iterator's handle while every thread can still run Python",
+           probe=_iterator_resource),
+    Symbol("tensorflow.data.experimental.service", "DispatchServer._num_workers", BOTH,
+           "the dispatcher's status line: how many workers registered"),
+    Symbol("tensorflow.data.experimental.service", "WorkerServer._num_tasks", BOTH,
+           "the worker's status line: how many tasks it runs"),
+)
+
+
+def resolve(symbol: Symbol) -> Any:
+  """The symbol itself; AttributeError, KeyError or ImportError naming it where it is gone."""
+  if symbol.probe is not None:
+    return symbol.probe()
+  value = importlib.import_module(symbol.module)
+  for part in symbol.name.split("."):
+    value = getattr(value, part)
+  return value
+
+
+# --- Keras 3 under several replicas (compat.training.fit_under).
+
+
+def build_for_strategy(model, element_spec) -> None:
+  """Builds `model`'s metrics, loss and optimizer from a batch spec, and unties it from its strategy.
+
+  Keras 3 would build them from a first batch averaged over the replicas,
+  which fails on uneven per-replica batches; see compat.training.fit_under.
+  """
+  model._symbolic_build(data_batch=element_spec)  # pylint: disable=protected-access
+  model.optimizer.build(model.trainable_variables)
+
+
+def forget_strategy(model) -> None:
+  model._distribute_strategy = None  # pylint: disable=protected-access
+
+
+def average_multi_worker_logs_without_axis() -> None:
+  """Patches Keras 3's per-replica reduction of a multi-worker step's logs to average scalars.
+
+  Keras 3 reduces them with strategy.reduce("MEAN", v, axis=0), which fails on
+  the scalars they are (keras-team/keras#20585). Once per process.
+  """
+  from keras.src.backend.tensorflow import trainer  # pylint: disable=g-import-not-at-top
+  reduce_per_replica = trainer.reduce_per_replica
+  if getattr(reduce_per_replica, "audioclf_multi_worker_mean", False):
+    return
+
+  def reduce_scalars_without_axis(values, strategy, reduction):
+    if reduction in ("auto", "mean") and trainer._collective_all_reduce_multi_worker(strategy):  # pylint: disable=protected-access
+      return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+    return reduce_per_replica(values, strategy, reduction)
+
+  reduce_scalars_without_axis.audioclf_multi_worker_mean = True
+  trainer.reduce_per_replica = reduce_scalars_without_axis
+
+
+# --- TensorBoard on resume (compat.training.TensorBoard).
+
+
+def set_summary_step(callback, model, step: int) -> None:
+  """Steps the batch summaries of `callback` (fit's TensorBoard) from the global step `step`."""
+  if KERAS3:
+    callback._global_train_batch = step  # pylint: disable=protected-access
+  else:
+    counter = getattr(model, "_train_counter", None)  # pylint: disable=protected-access
+    if counter is not None:
+      counter.assign(step)
+
+
+# --- TensorFlow's gradient registry (compat.training.forget_trial_gradients).
+
+
+def gradient_registry() -> dict:
+  """TensorFlow's global registry of gradient functions; {} where it is gone."""
+  # pylint: disable-next=g-direct-tensorflow-import,g-import-not-at-top
+  from tensorflow.python.framework import ops as tf_ops
+  # pylint: disable-next=protected-access
+  registry = getattr(getattr(tf_ops, "_gradient_registry", None), "_registry", None)
+  return registry if isinstance(registry, dict) else {}
+
+
+# --- tf.data (engines.stall).
+
+
+def inline_map(dataset: tf.data.Dataset, fn: Callable) -> tf.data.Dataset:
+  """dataset.map(fn), its ops run in the calling thread rather than handed to the op pool.
+
+  The public map sends every op of `fn` through the inter-op thread pool: for
+  the stall probe's three tiny ops that doubles its cost (0.29 vs 0.14 ms a
+  step on 2 cores, measured with Keras fit). TF exposes the switch only on its
+  private map class; where that is gone, the public map is used.
+  """
+  try:
+    from tensorflow.python.data.ops import map_op  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+    return map_op._MapDataset(dataset, fn, use_inter_op_parallelism=False)  # pylint: disable=protected-access
+  except (ImportError, AttributeError, TypeError):
+    return dataset.map(fn)
+
+
+def release_live_iterators() -> int:
+  """Deletes the resource of every live eager tf.data iterator; returns how many (data.exit_guard).
+
+  An iterator's resource is its handle tensor: dropping the last reference
+  deletes it, which stops the iterator's threads and waits for its calls in
+  flight (with the GIL free to serve them). The Python objects stay; using
+  one afterwards fails, which is moot at exit. TF names no public way to do
+  it; reached through vars(), so a release that renames it closes nothing
+  rather than fails.
+  """
+  import gc  # pylint: disable=g-import-not-at-top
+  try:
+    from tensorflow.python.data.ops import iterator_ops  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
+  except ImportError:
+    return 0
+  closed = 0
+  for obj in gc.get_objects():
+    if isinstance(obj, iterator_ops.OwnedIterator) and "_iterator_resource" in vars(obj):
+      del obj._iterator_resource  # pylint: disable=protected-access
+      closed += 1
+  return closed
+
+
+# --- keras-tuner (tuning.tuners).
+
+
+def hyperband_schedule(oracle) -> list[tuple[int, int, int]]:
+  """(trials, epochs, epochs of the round before) of every round of every Hyperband bracket."""
+  # pylint: disable=protected-access
+  schedule = []
+  for bracket in range(oracle._get_num_brackets()):
+    for rnd in range(oracle._get_num_rounds(bracket)):
+      previous = oracle._get_epochs(bracket, rnd - 1) if rnd else 0
+      schedule.append((oracle._get_size(bracket, rnd), oracle._get_epochs(bracket, rnd), previous))
+  # pylint: enable=protected-access
+  return schedule
+
+
+# --- tf.data service servers (commands.service's status lines).
+
+
+def server_load(server) -> Optional[int]:
+  """A dispatcher's registered workers, or a worker's tasks; None where TF no longer says."""
+  count = getattr(server, "_num_workers", None) or getattr(server, "_num_tasks", None)
+  try:
+    return int(count()) if count is not None else None
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+@functools.cache
+def available() -> dict[str, bool]:
+  """Which SYMBOLS this stack has (for a report; the test imports each itself)."""
+  found = {}
+  for symbol in SYMBOLS:
+    try:
+      resolve(symbol)
+      found[f"{symbol.module}.{symbol.name}"] = True
+    except (ImportError, AttributeError, KeyError):
+      found[f"{symbol.module}.{symbol.name}"] = False
+  return found

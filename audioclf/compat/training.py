@@ -1,0 +1,105 @@
+"""How training differs between the stacks: optimizers, the learning phase, fit under replicas, TensorBoard, tuner trials."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from audioclf.compat import private
+from audioclf.compat.stack import KERAS3
+
+
+def fit_under(model, strategy, element_spec) -> None:
+  """Lets Keras 3's fit and evaluate run `model` under a strategy of several replicas.
+
+  Keras 3 (3.15 here) builds the metrics of a model made in a strategy's
+  scope from a first batch averaged over the replicas with strategy.reduce,
+  which fails where the replicas' batches differ in size (an evaluation's
+  last step: "Inputs to operation AddN ... must have the same size") and,
+  under MultiWorkerMirroredStrategy, for any nested batch ("Attempt to
+  convert a value ... PerReplica"). So the model's metrics, loss and
+  optimizer are built here, from `element_spec` (a batch's structure), and
+  the model forgets the strategy, whose reduced first batch Keras then never
+  asks for; fit and evaluate still run under the strategy whose scope they
+  are called in. Keras 3 also averages each step's logs of a multi-worker
+  strategy along an axis they lack (keras-team/keras#20585): they are
+  averaged without one. Keras 2 needs neither.
+  """
+  several = strategy.num_replicas_in_sync > 1
+  multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+  if not KERAS3 or not (several or multi_worker):
+    return
+  with strategy.scope():
+    private.build_for_strategy(model, element_spec)
+  private.forget_strategy(model)
+  if multi_worker:
+    private.average_multi_worker_logs_without_axis()
+
+
+def optimizers(for_estimator: bool):
+  """The module holding the optimizer classes (Adam, SGD, RMSprop) for an engine.
+
+  model_to_estimator clones the model into a TF1 graph, where only Keras 2's
+  `optimizers.legacy` classes work (it would otherwise convert the optimizer
+  itself, with a warning). Keras 3 has one family, and no Estimator.
+  """
+  if for_estimator and not KERAS3:
+    return keras.optimizers.legacy
+  return keras.optimizers
+
+
+def is_legacy_optimizer(optimizer) -> bool:
+  """Whether `optimizer` is of Keras 2's legacy family (never, on Keras 3)."""
+  return not KERAS3 and isinstance(optimizer, keras.optimizers.legacy.Optimizer)
+
+
+def learning_phase():
+  """What a layer called with training=None should do: the graph-mode learning phase, or False.
+
+  Keras 2's graph-mode model (the clone model_to_estimator makes) leaves
+  `training` unset and says it through the learning phase instead, as Dropout
+  reads it. Keras 3 passes training down from fit, evaluate and predict itself,
+  and has no learning phase: None there means a plain call, inference.
+  """
+  if KERAS3:
+    return False
+  return keras.backend.learning_phase()
+
+
+class TensorBoard(keras.callbacks.TensorBoard):
+  """Keras' TensorBoard callback, its batch summaries stepped by the global step on resume.
+
+  fit restarts the batch counter the summaries are stepped by at 0 (Keras 2:
+  the model's; Keras 3: the callback's own): a resumed run would draw over
+  the first run's curves. It is set to the optimizer's step once training begins.
+  """
+
+  def on_train_begin(self, logs=None):
+    super().on_train_begin(logs)
+    private.set_summary_step(self, self.model, int(self.model.optimizer.iterations.numpy()))
+
+
+def trial_gradient_names() -> set:
+  """The names in TensorFlow's gradient registry before a tuner trial: see forget_trial_gradients."""
+  return set(private.gradient_registry())
+
+
+def forget_trial_gradients(keep: set) -> None:
+  """Unregisters the gradient functions a tuner trial's train step registered for good.
+
+  Every trace of Keras' train step (Keras 2 on TF 2.15, and still Keras 3 on
+  TF 2.21) differentiates a `tf.custom_gradient`, which in a graph registers
+  its gradient function under a new name in TensorFlow's global gradient
+  registry and never removes it; that function holds the whole traced train
+  step. clear_session cannot reach it, so each trial kept its graphs alive:
+  9 to 14 MB a trial for audioclf's small models on TF 2.15 (tensorflow#61791,
+  tf-keras#286; tools/bench_tune_memory.py measures it). The registry is only
+  read while a graph is differentiated, which a finished trial's graphs never
+  are again. Names in `keep` (there before the trial) stay.
+
+  The registry is private API: where a TensorFlow release no longer has it,
+  this does nothing.
+  """
+  registry = private.gradient_registry()
+  for name in [n for n in registry if n.startswith("CustomGradient-") and n not in keep]:
+    del registry[name]
