@@ -25,6 +25,8 @@ ENGINES = ("keras", "estimator")
 TUNERS = {"random": "RandomSearch", "hyperband": "Hyperband", "bayesian": "BayesianOptimization"}
 # A model: a short name registered as an entry point (audioclf.model.registry), or module:function.
 MODEL_NAME = re.compile(r"^(?:[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z_][\w-]*)$")
+# The validation metrics a run can keep its best checkpoint by (and stop early on).
+BEST_METRICS = ("val_accuracy", "val_loss")
 DATA_SERVICE_ADDRESS = re.compile(r"^grpc://[^:/\s]+:\d+$")
 MAX_CLIP_SECONDS = 600
 
@@ -273,6 +275,14 @@ class Params:
       "epsilon=1e-14), name=value pairs or JSON; with --optimizer=model they replace the "
       "builder's values (learning_rate too).")
   seed: int = _field(0, "Seed of weights and augmentation.", _SEED, data=True)
+  keep_best: str = _field(
+      "none", "Keep the checkpoint of the best validation evaluation so far in <model_dir>/best/, "
+      "beside the latest: by val_accuracy (highest) or val_loss (lowest); none keeps only the "
+      "latest. evaluate, predict, export and migrate then take the best by default.",
+      Rule(choices=("none", *BEST_METRICS)))
+  early_stopping_patience: int = _field(
+      0, "Stop training after this many evaluations in a row without a new best --keep_best "
+      "value; 0 trains to --train_steps.", Rule(ge=0, why="0 never stops early"))
   log_every_steps: int = _field(50, "Log and write summaries every this many steps.",
                                 Rule(ge=0, why="0 logs once per evaluation"))
   prefetch_device: str = _field(
@@ -478,6 +488,12 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if p.trial_steps < p.trial_epochs:
     yield (f"--trial_steps={p.trial_steps}: must be >= --trial_epochs={p.trial_epochs}, "
            "as each of a trial's epochs is trial_steps/trial_epochs steps")
+  if p.early_stopping_patience and p.keep_best == "none":
+    yield (f"--early_stopping_patience={p.early_stopping_patience}: needs --keep_best="
+           f"{' or '.join(BEST_METRICS)}, the metric it watches")
+  if p.early_stopping_patience and not p.eval_every_steps:
+    yield (f"--early_stopping_patience={p.early_stopping_patience}: needs --eval_every_steps > 0 "
+           "(with 0 the run evaluates once, at its end)")
   if p.data_service is not None and not DATA_SERVICE_ADDRESS.match(p.data_service):
     yield f"--data_service={p.data_service}: must be grpc://host:port, a dispatcher's address"
   if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):

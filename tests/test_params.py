@@ -79,6 +79,9 @@ REJECTED = [
     ("optimizer_args", "learning_rate=0.1", "give the learning rate as --learning_rate"),
     ("seed", None, r"must be set \(an integer\)"),
     ("seed", 2**32, "must be >= 0 and <= 4294967295"),
+    ("keep_best", "accuracy", "must be one of none, val_accuracy, val_loss"),
+    ("early_stopping_patience", -1, r"must be >= 0 \(0 never stops early\)"),
+    ("early_stopping_patience", 3, "needs --keep_best=val_accuracy or val_loss"),
     ("log_every_steps", -1, "must be >= 0"),
     ("prefetch_device", "gpu0", "must be auto, none or a device name such as /gpu:0"),
     ("strategy", "tpu", "must be one of auto, mirrored"),
@@ -118,6 +121,9 @@ def test_defaults_and_edges_that_work_are_accepted():
          validation_percent=0, testing_percent=0, trial_steps=4, prefetch_device="none",
          time_shift_seconds=0.0).validate()
   Params(prefetch_device="/gpu:1", data_dir="d", model_dir="m", resample_quality="VHQ").validate()
+  Params(keep_best="val_loss", early_stopping_patience=2, eval_every_steps=10).validate()
+  with pytest.raises(ParamError, match=r"^--early_stopping_patience=2: needs --eval_every_steps > 0"):
+    Params(keep_best="val_loss", early_stopping_patience=2).validate()
 
 
 def test_list_fields_read_lists_strings_and_json_alike():

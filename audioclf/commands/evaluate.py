@@ -1,10 +1,12 @@
-"""audioclf evaluate: a model_dir's latest checkpoint, or an exported SavedModel, on one split.
+"""audioclf evaluate: a model_dir's best (else latest) checkpoint, or an exported SavedModel, on one split.
 
   python -m audioclf evaluate --model_dir=runs/demo/current/keras [--split=test] [--data_dir=...]
+  python -m audioclf evaluate --model_dir=runs/demo/current/keras --split=test --group_by=speaker
   python -m audioclf evaluate --saved_model=runs/demo/current/keras/export --split=test
 
 Writes the evaluation report (audioclf.deploy.report) to <model_dir>/eval_<split>/,
-prints its per-class table, and loss and accuracy as one line of JSON last.
+prints its per-class table (and with --group_by the weakest groups), and loss,
+accuracy and the checkpoint's step as one line of JSON last.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   results = evaluate(FLAGS.model_dir, FLAGS.split, command_flags.params_for_model_dir(),
-                     saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir)
+                     saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir,
+                     checkpoint=FLAGS.checkpoint, group_by=FLAGS.group_by)
   report = results.pop("report")
   print(report.pop("text"), flush=True)
   print(f"report: {results['report_dir']}", flush=True)

@@ -4,7 +4,9 @@
   python -m audioclf export --model_dir=runs/demo/current/keras --format=tflite [--quantize=int8]
 
 Both take raw audio: float32 waveforms [batch, clip_samples] at sample_rate
-(audioclf.deploy.export, audioclf.deploy.tflite). Prints one line of JSON last.
+(audioclf.deploy.export, audioclf.deploy.tflite), from the best checkpoint
+where the run kept one (--checkpoint=last for the latest). Prints one line of
+JSON last, with the checkpoint used and its step.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   params = command_flags.params_for_model_dir()
+  chosen = model_dir.choose_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
   if FLAGS.format == "tflite":
     result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, params, FLAGS.quantize,
-                           FLAGS.calibration_clips)
+                           FLAGS.calibration_clips, checkpoint=chosen.path)
     print(tflite.table(result), flush=True)
   else:
-    path = export_lib.export(FLAGS.model_dir, FLAGS.export_dir, params)
-    result = {"model_dir": FLAGS.model_dir, "export_dir": path}
+    path = export_lib.export(FLAGS.model_dir, FLAGS.export_dir, params, chosen.path)
+    result = {"model_dir": FLAGS.model_dir, **chosen.record(), "export_dir": path}
   print(model_dir.summary_line(result), flush=True)
 
 

@@ -52,6 +52,14 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     return
   flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf evaluate).",
                     flag_values=flag_values)
+  flags.DEFINE_string("checkpoint", "best", "The model_dir's checkpoint that evaluate, predict, "
+                      "export and migrate --report use: best (the one --keep_best kept, where "
+                      "the run kept one, else the latest), last (the latest), or a checkpoint's "
+                      "path (e.g. runs/demo/model.ckpt-400).", flag_values=flag_values)
+  flags.DEFINE_string("group_by", None, "audioclf evaluate: also report accuracy per group, the "
+                      "weakest first: speaker (the file name before _nohash_) or a column of the "
+                      "CSV manifest's header (e.g. path,label,split,speaker).",
+                      flag_values=flag_values)
   flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
                       "(default <model_dir>/export).", flag_values=flag_values)
   flags.DEFINE_string("saved_model", None, "audioclf evaluate: evaluate this exported "

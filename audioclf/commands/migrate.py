@@ -8,9 +8,12 @@
 Without --model, a model_dir audioclf trained (its params.json says the
 model); with --model, an Estimator a team's own code built with
 model_to_estimator, the model rebuilt by their builder (docs/migration.md).
-What it carries, and how, is in audioclf.migration. Prints what it could not
-carry and what differs on stderr, the parity report's table with --report,
-and one line of JSON last.
+What it carries, and how, is in audioclf.migration: of a model_dir, the
+latest checkpoint, which training resumes from, and the best one where the
+run kept it (--keep_best), which evaluate, predict and export then take.
+Prints what it could not carry and what differs on stderr, the parity
+report's table with --report (of a model_dir's best checkpoints by default;
+--checkpoint=last), and one line of JSON last.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def _own_model_dir() -> dict[str, Any]:
     params = command_flags.params_for_model_dir(model_dir=FLAGS.to_model_dir)
     result["report"] = parity.parity_report(
         FLAGS.from_model_dir, FLAGS.to_model_dir, params, FLAGS.split,
-        FLAGS.legacy_probabilities, FLAGS.legacy_python)
+        FLAGS.legacy_probabilities, FLAGS.legacy_python, FLAGS.checkpoint)
   return result
 
 

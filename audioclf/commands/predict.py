@@ -10,7 +10,7 @@ also writes every result as CSV (file,start,end,label,probability; no start or
 end for a short file) or JSON; --save_probabilities=probs.npz every class's
 probability for each short file (what `audioclf migrate --report` compares
 across stacks). One line of JSON ends the output: how many files, clips and
-segments.
+segments, and the checkpoint used (--checkpoint: the best by default) and its step.
 """
 
 from __future__ import annotations
@@ -39,12 +39,14 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) < 2:
     raise app.UsageError("give audio files or folders to classify")
   params = command_flags.params_for_model_dir()
+  # Chosen once: both passes below use the same one, even if training keeps another meanwhile.
+  chosen = model_dir.choose_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
   files = predict_lib.audio_files(argv[1:])
   long_files = [f for f in files if segments.is_long(f, params)]
   short = [f for f in files if f not in set(long_files)]
   results = []
   if short:
-    short, probs, labels = predict_lib.probabilities(FLAGS.model_dir, short, params)
+    short, probs, labels = predict_lib.probabilities(FLAGS.model_dir, short, params, chosen.path)
     for path, label, probability in predict_lib.top_labels(short, probs, labels):
       print(f"{path}\t{label}\t{probability:.4f}", flush=True)
       results.append({"file": path, "label": label, "probability": probability})
@@ -52,7 +54,7 @@ def main(argv: Sequence[str]) -> None:
       predict_lib.save_probabilities(FLAGS.save_probabilities, short, probs, labels)
   if long_files:
     for result in segments.detect(FLAGS.model_dir, long_files, params, FLAGS.hop_seconds,
-                                  FLAGS.threshold, FLAGS.background_labels):
+                                  FLAGS.threshold, FLAGS.background_labels, chosen.path):
       for s in result["segments"]:
         print(f"{result['file']}\t{s.start:.2f}\t{s.end:.2f}\t{s.label}\t{s.peak:.4f}",
               flush=True)
@@ -60,7 +62,7 @@ def main(argv: Sequence[str]) -> None:
   if FLAGS.output:
     _write_output(FLAGS.output, results)
   print(model_dir.summary_line({
-      "model_dir": FLAGS.model_dir, "files": len(files), "clips": len(short),
+      "model_dir": FLAGS.model_dir, **chosen.record(), "files": len(files), "clips": len(short),
       "skipped": len(files) - len(long_files) - len(short), "long_files": len(long_files),
       "segments": sum(len(r.get("segments", ())) for r in results),
       "output": FLAGS.output, "probabilities": FLAGS.save_probabilities}), flush=True)

@@ -11,7 +11,7 @@ import math
 import os
 import re
 import stat
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 
@@ -29,6 +29,8 @@ _NOHASH = re.compile(r"_nohash_.*$")
 SILENCE = "_silence_"
 UNKNOWN = "_unknown_"
 NOISE_FOLDER = "_background_noise_"
+SPEAKER = "speaker"  # The group (manifest.groups) of the name before `_nohash_`.
+CSV_COLUMNS = ("path", "label", "split")  # A CSV manifest's columns, in order where unnamed.
 
 
 class DataError(ValueError):
@@ -85,12 +87,36 @@ def which_split(path: str, validation_percent: float, testing_percent: float) ->
   Everything before `_nohash_` names the speaker, so all of a speaker's clips
   land in the same split and a model is never tested on a voice it trained on.
   """
-  percent = _speaker_percent(_NOHASH.sub("", os.path.basename(path)))
+  percent = _speaker_percent(speaker_of(path))
   if percent < validation_percent:
     return "validation"
   if percent < validation_percent + testing_percent:
     return "test"
   return "train"
+
+
+def speaker_of(path: str) -> str:
+  """The speaker of a Speech Commands file: its name before `_nohash_` (the whole name without)."""
+  return _NOHASH.sub("", os.path.basename(path))
+
+
+def groups(params: Params, examples: Sequence[Example], by: str) -> list[str]:
+  """Each example's group, for accuracy per group: a CSV manifest's column, or the speaker.
+
+  A column of the CSV manifest named `by` gives each file's value; else "speaker"
+  gives the name before `_nohash_` (speaker_of). A _silence_ clip, which has
+  no file, is in the group "_silence_".
+
+  Raises:
+    DataError: `by` is neither, naming what there is.
+  """
+  column = _csv_column(params.manifest, by) if params.manifest else None
+  if column is None and by != SPEAKER:
+    extra = _csv_extra_columns(params.manifest) if params.manifest else []
+    raise DataError(f"--group_by={by}: no such column in {params.manifest or params.data_dir}; "
+                    f"group by {', '.join([SPEAKER, *extra])}")
+  return [e.label if e.virtual else column[e.path] if column is not None else speaker_of(e.path)
+          for e in examples]
 
 
 @functools.lru_cache(maxsize=1 << 17)  # Speech Commands' 105,829 files; reloading skips the SHA-1s.
@@ -282,9 +308,30 @@ def _from_csv(params: Params) -> Manifest:
   path = os.path.abspath(params.manifest)
   if not os.path.isfile(path):
     raise DataError(f"manifest {params.manifest!r} does not exist or is not a file")
-  root = os.path.dirname(path)
   rows = []
+  for where, file, record in _csv_records(path):
+    split = record.get("split") or None
+    if split is not None and split not in SPLITS:
+      raise DataError(f"{where}split must be one of {SPLITS}, got {split!r}")
+    rows.append((file, record["label"], split, where))
+  examples = _stat_examples(rows, params)
+  return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), os.path.dirname(path))
+
+
+def _csv_records(path: str) -> Iterator[tuple[str, str, dict[str, str]]]:
+  """(where, file, {column: value}) per row of a CSV manifest; where is "<csv>:<line>: ".
+
+  Rows are path,label[,split], or, under a header naming other columns too
+  (path,label,speaker,...: a speaker, a microphone, a session), one value
+  per column of the header, the extra ones for --group_by. A file's path is
+  relative to the CSV.
+
+  Raises:
+    DataError: a row that does not fit, naming its line.
+  """
+  root = os.path.dirname(path)
   reader = csv.reader(io.StringIO(_read_text(path), newline=""))
+  names = None  # The header's columns, where it names more than CSV_COLUMNS.
   try:
     for row in reader:
       row = [c.strip() for c in row]
@@ -292,14 +339,48 @@ def _from_csv(params: Params) -> Manifest:
       if not row or not any(row) or row[0].startswith("#"):
         continue
       if reader.line_num == 1 and row[0].lower() == "path":
-        continue  # Header.
-      if len(row) not in (2, 3) or not row[0] or not row[1]:
+        names = _header(row, where)
+        continue
+      if names is not None:
+        if len(row) != len(names):
+          raise DataError(f"{where}expected the header's {len(names)} columns "
+                          f"({','.join(names)}), got {row}")
+        record = dict(zip(names, row))
+      elif len(row) in (2, 3):
+        record = dict(zip(CSV_COLUMNS, row))
+      else:
         raise DataError(f"{where}expected 'path,label[,split]', got {row}")
-      split = row[2] if len(row) == 3 and row[2] else None
-      if split is not None and split not in SPLITS:
-        raise DataError(f"{where}split must be one of {SPLITS}, got {split!r}")
-      rows.append((os.path.normpath(os.path.join(root, row[0])), row[1], split, where))
+      if not record["path"] or not record["label"]:
+        raise DataError(f"{where}expected 'path,label[,split]', got {row}")
+      yield where, os.path.normpath(os.path.join(root, record["path"])), record
   except csv.Error as e:  # A field over csv's size limit.
     raise DataError(f"{path}:{reader.line_num}: not a CSV row: {e}") from None
-  examples = _stat_examples(rows, params)
-  return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), root)
+
+
+def _header(row: list[str], where: str) -> Optional[list[str]]:
+  """The columns a CSV header names, or None where it names only path,label[,split] (positional).
+
+  Raises:
+    DataError: a header of other columns without label, or naming one twice.
+  """
+  names = [c.lower() for c in row]
+  if names == list(CSV_COLUMNS[:len(names)]):
+    return None
+  if "label" not in names or len(set(names)) != len(names) or not all(names):
+    raise DataError(f"{where}a header must name path, label, optionally split, and other columns "
+                    f"once each, got {row}")
+  return names
+
+
+def _csv_column(path: str, name: str) -> Optional[dict[str, str]]:
+  """File -> its value in the CSV manifest's column `name`, or None where there is no such column."""
+  if name.lower() not in _csv_extra_columns(path):
+    return None
+  return {file: record[name.lower()] for _, file, record in _csv_records(os.path.abspath(path))}
+
+
+def _csv_extra_columns(path: str) -> list[str]:
+  """The columns a CSV manifest's header names beyond path, label and split."""
+  for _, _, record in _csv_records(os.path.abspath(path)):
+    return [c for c in record if c not in CSV_COLUMNS]
+  return []

@@ -1,7 +1,8 @@
 """Evaluation of a model_dir (either engine) or an exported SavedModel on one split, with its report.
 
 `python -m audioclf evaluate` runs it (audioclf.commands.evaluate); the report
-(per-class metrics, confusion matrix, errors) is audioclf.deploy.report.
+(per-class metrics, confusion matrix, errors, accuracy per group) is
+audioclf.deploy.report.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ from audioclf.params import Params
 
 def evaluate(model_dir: Optional[str], split: str = "validation",
              params: Optional[Params] = None, *, saved_model: Optional[str] = None,
-             report_dir: Optional[str] = None, report: bool = True) -> dict[str, Any]:
+             report_dir: Optional[str] = None, report: bool = True, checkpoint: str = "best",
+             group_by: Optional[str] = None) -> dict[str, Any]:
   """Loss and accuracy of a model on `split`, and its evaluation report.
 
   Args:
-    model_dir: a folder either engine trained (its latest checkpoint is used).
+    model_dir: a folder either engine trained.
     split: "train", "validation" or "test".
     params: parameters to use instead of model_dir's params.json, e.g. to
       point at other data; the model's own fields must match. Required with
@@ -36,33 +38,42 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
     saved_model: evaluate this exported SavedModel instead of model_dir.
     report_dir: where the report goes; default <model_dir or saved_model>/eval_<split>.
     report: False skips the report (loss and accuracy only).
+    checkpoint: model_dir's checkpoint to evaluate: best (the one --keep_best
+      kept, where there is one, else the latest), last, or a path.
+    group_by: also report accuracy per group: "speaker" (the name before
+      `_nohash_`) or a column of the CSV manifest (manifest.groups).
 
   Returns:
-    {"model_dir" or "saved_model", "engine", "split", "steps", "files", "loss",
-    "accuracy"}, plus "report_dir" and "report" (report.json's content and
-    its printable table under "text") when a report was written.
+    {"model_dir" or "saved_model", "engine", "split", "checkpoint" (best,
+    last or its path; None for a SavedModel), "steps" (the checkpoint's),
+    "files", "loss", "accuracy"}, plus "report_dir" and "report"
+    (report.json's content and its printable table under "text") when a
+    report was written.
 
   Raises:
     model_dir.ModelDirError: no trained model there, or the data's labels
       differ from the model's.
+    manifest.DataError: a group_by that the data has no values for.
   """
   if saved_model:
     predict, params, labels = load_saved_model(saved_model, params)
-    results = {"saved_model": saved_model, "engine": "saved_model", "split": split, "steps": None}
+    results = {"saved_model": saved_model, "engine": "saved_model", "split": split,
+               "checkpoint": None, "steps": None}
     where = saved_model
   else:
     engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
-    checkpoint = model_dir_lib.latest_checkpoint(model_dir)  # Once: training may add one meanwhile.
-    model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
+    # Once: training may add or keep another meanwhile.
+    chosen = model_dir_lib.choose_checkpoint(model_dir, checkpoint)
+    model, params, labels = model_dir_lib.load_model(model_dir, params, chosen.path)
     predict = models.predict_fn(model)
-    results = {"model_dir": model_dir, "engine": engine, "split": split,
-               "steps": model_dir_lib.checkpoint_step(checkpoint)}
+    results = {"model_dir": model_dir, "engine": engine, "split": split, **chosen.record()}
     where = model_dir
   manifest = manifest_lib.load(params)
   if list(manifest.labels) != labels:
     raise model_dir_lib.ModelDirError(
         f"the model in {where!r} knows labels {labels}, the data has {list(manifest.labels)}")
   examples = manifest.split(split)
+  groups = manifest_lib.groups(params, examples, group_by) if group_by else None
   probabilities, y_true = report_lib.classify(
       predict, input_fn(params, "eval", split=split, manifest=manifest))
   # The loss the model was compiled with, over every example at once.
@@ -71,11 +82,15 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
                  accuracy=float(np.mean(probabilities.argmax(axis=1) == y_true)))
   if report:
     report_dir = report_dir or os.path.join(where, f"eval_{split}")
-    files = report_lib.files_of(examples, len(y_true), _decoded(params, examples, len(y_true)))
+    kept = _decoded(params, examples, len(y_true))
+    files = report_lib.files_of(examples, len(y_true), kept)
+    if groups is not None:
+      groups = report_lib.of_delivered(groups, len(y_true), kept)
     title = f"{split} split" + (f", step {results['steps']}" if results["steps"] is not None else "")
     results["report"] = report_lib.write(report_dir, labels, y_true, probabilities, files,
                                          title=f"{title}: accuracy {results['accuracy']:.3f}",
-                                         step=results["steps"] or 0)
+                                         step=results["steps"] or 0, group_by=group_by,
+                                         groups=groups)
     results["report_dir"] = report_dir
   return results
 

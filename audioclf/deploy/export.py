@@ -42,8 +42,8 @@ class Classifier(tf.Module):
 
 
 def export(model_dir: str, export_dir: Optional[str] = None,
-           params: Optional[Params] = None) -> str:
-  """Writes model_dir's latest model as a SavedModel.
+           params: Optional[Params] = None, checkpoint: str = "best") -> str:
+  """Writes a model_dir's model as a SavedModel: its best checkpoint by default.
 
   Its "serving_default" signature takes `waveform`, float32 [batch,
   clip_samples] at params.sample_rate (the log-mel front end is inside), and
@@ -55,11 +55,13 @@ def export(model_dir: str, export_dir: Optional[str] = None,
     model_dir: a folder either engine trained.
     export_dir: where to write; default <model_dir>/export.
     params: parameters to use instead of model_dir's params.json.
+    checkpoint: best (the one --keep_best kept, where there is one, else the
+      latest), last, or a checkpoint's path (model_dir.choose_checkpoint).
 
   Returns:
     export_dir.
   """
-  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
   export_dir = export_dir or os.path.join(model_dir, "export")
   module = Classifier(model, labels, params.clip_samples)
   tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})

@@ -52,14 +52,16 @@ def center_clip(samples: np.ndarray, clip_samples: int) -> np.ndarray:
   return window.numpy()
 
 
-def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params] = None
-                  ) -> tuple[list[str], np.ndarray, list[str]]:
-  """Every class's probability for each audio file's middle clip, from the latest checkpoint.
+def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params] = None,
+                  checkpoint: str = "best") -> tuple[list[str], np.ndarray, list[str]]:
+  """Every class's probability for each audio file's middle clip.
 
   Args:
     model_dir: a folder either engine trained.
     paths: audio files and folders (searched recursively for audio files).
     params: parameters to use instead of model_dir's params.json.
+    checkpoint: best (the one --keep_best kept, where there is one, else the
+      latest), last, or a checkpoint's path (model_dir.choose_checkpoint).
 
   Returns:
     (files, probabilities float32 [files, classes], the model's labels), in
@@ -70,7 +72,7 @@ def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params]
     FileNotFoundError: a path that does not exist.
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
   files = audio_files(paths)
   predict_batch = models.predict_fn(model)
   kept, batches = [], []
@@ -92,14 +94,15 @@ def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params]
   return kept, np.concatenate(batches) if batches else empty, labels
 
 
-def predict(model_dir: str, paths: Sequence[str],
-            params: Optional[Params] = None) -> list[tuple[str, str, float]]:
+def predict(model_dir: str, paths: Sequence[str], params: Optional[Params] = None,
+            checkpoint: str = "best") -> list[tuple[str, str, float]]:
   """The most probable label of each audio file.
 
   Args:
     model_dir: a folder either engine trained.
     paths: audio files and folders (searched recursively for audio files).
     params: parameters to use instead of model_dir's params.json.
+    checkpoint: best (where model_dir keeps one, else the latest), last, or a path.
 
   Returns:
     (path, label, probability) per file, in the order of `paths`. Files that
@@ -109,7 +112,7 @@ def predict(model_dir: str, paths: Sequence[str],
     FileNotFoundError: a path that does not exist.
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  return top_labels(*probabilities(model_dir, paths, params))
+  return top_labels(*probabilities(model_dir, paths, params, checkpoint))
 
 
 def top_labels(files, probs, labels) -> list[tuple[str, str, float]]:

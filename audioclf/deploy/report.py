@@ -5,6 +5,8 @@
     confusion_matrix.csv        counts, rows = true label, columns = predicted label
     confusion_matrix.png        the same, labels on both axes, counts in the non-zero cells
     errors.csv                  file, true label, predicted label, probability; most confident first
+    groups.csv                  with --group_by: accuracy and examples per group (a speaker, a
+                                CSV column's value), the weakest first; also in report.json
     events.out.tfevents.*       the image and per-class scalars, for TensorBoard
 
 scikit-learn computes the metrics and draws the matrix; this module only lays
@@ -27,6 +29,8 @@ REPORT_FILE = "report.json"
 CONFUSION_CSV = "confusion_matrix.csv"
 CONFUSION_PNG = "confusion_matrix.png"
 ERRORS_FILE = "errors.csv"
+GROUPS_FILE = "groups.csv"
+GROUPS_SHOWN = 10  # Rows of the printed per-group table; groups.csv holds them all.
 
 
 def classify(predict: Callable[[np.ndarray], np.ndarray],
@@ -50,7 +54,8 @@ def classify(predict: Callable[[np.ndarray], np.ndarray],
 
 
 def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilities: np.ndarray,
-          files: Sequence[str], title: str = "", step: int = 0) -> dict[str, Any]:
+          files: Sequence[str], title: str = "", step: int = 0, group_by: Optional[str] = None,
+          groups: Optional[Sequence[str]] = None) -> dict[str, Any]:
   """Writes the report of one evaluation into report_dir and returns report.json's content.
 
   Args:
@@ -61,10 +66,13 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
     files: the audio file of each example.
     title: a heading for the figure (e.g. "test split, step 600").
     step: the TensorBoard step of the summaries (the checkpoint's).
+    group_by: what `groups` are (e.g. "speaker"), for the headings.
+    groups: the group of each example, for accuracy per group.
 
   Returns:
     {"labels", "accuracy", "classes": {label: {precision, recall, f1, support}},
-     "macro avg": {...}, "weighted avg": {...}, "text": the printable table}.
+     "macro avg": {...}, "weighted avg": {...}, "text": the printable table},
+    and with groups "groups": {"by": group_by, "rows": group_accuracy's rows}.
   """
   os.makedirs(report_dir, exist_ok=True)
   ids = np.arange(len(labels))
@@ -80,6 +88,11 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
   report = {"labels": list(labels), "examples": int(len(y_true)), "accuracy": accuracy,
             "classes": classes, "macro avg": _row(table["macro avg"]),
             "weighted avg": _row(table["weighted avg"])}
+  if groups is not None:
+    rows = group_accuracy(groups, y_true, y_pred)
+    report["groups"] = {"by": group_by, "rows": rows}
+    write_groups(os.path.join(report_dir, GROUPS_FILE), group_by, rows)
+    text += "\n" + group_table(group_by, rows)
   with open(os.path.join(report_dir, REPORT_FILE), "w") as f:
     json.dump(report, f, indent=2)
     f.write("\n")
@@ -96,6 +109,42 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
   write_errors(os.path.join(report_dir, ERRORS_FILE), labels, y_true, probabilities, files)
   _summaries(report_dir, report, png, step)
   return dict(report, text=text)
+
+
+def group_accuracy(groups: Sequence[str], y_true: np.ndarray,
+                   y_pred: np.ndarray) -> list[dict[str, Any]]:
+  """Accuracy per group, the weakest first: [{"group", "examples", "accuracy"}, ...].
+
+  Among equal accuracies the larger group comes first: its weakness is the
+  surer one.
+  """
+  groups = np.asarray(list(groups), dtype=str)
+  correct = np.asarray(y_pred) == np.asarray(y_true)
+  rows = [{"group": str(g), "examples": int(np.sum(groups == g)),
+           "accuracy": float(np.mean(correct[groups == g]))} for g in np.unique(groups)]
+  return sorted(rows, key=lambda r: (r["accuracy"], -r["examples"], r["group"]))
+
+
+def write_groups(path: str, group_by: Optional[str], rows: Sequence[dict[str, Any]]) -> None:
+  """groups.csv: group_accuracy's rows, as they are ordered."""
+  with open(path, "w", newline="") as f:
+    out = csv.writer(f)
+    out.writerow([group_by or "group", "examples", "accuracy"])
+    for row in rows:
+      out.writerow([row["group"], row["examples"], f"{row['accuracy']:.4f}"])
+
+
+def group_table(group_by: Optional[str], rows: Sequence[dict[str, Any]],
+                shown: int = GROUPS_SHOWN) -> str:
+  """The weakest `shown` groups as a printable table, with how many more groups.csv holds."""
+  name = group_by or "group"
+  width = max(len(name), *(len(r["group"]) for r in rows[:shown]))
+  lines = [f"accuracy by {name}, weakest first ({len(rows)} groups)",
+           f"{name:<{width}s} {'examples':>9s} {'accuracy':>9s}"]
+  lines += [f"{r['group']:<{width}s} {r['examples']:9d} {r['accuracy']:9.3f}" for r in rows[:shown]]
+  if len(rows) > shown:
+    lines.append(f"... {len(rows) - shown} more in {GROUPS_FILE}")
+  return "\n".join(lines) + "\n"
 
 
 def write_errors(path: str, labels: Sequence[str], y_true: np.ndarray, probabilities: np.ndarray,
@@ -188,10 +237,19 @@ def files_of(examples: Sequence, delivered: int, kept: Optional[np.ndarray] = No
     ValueError: the counts do not add up, so files cannot be matched.
   """
   # A virtual _silence_ clip has no file: it is named by its label and place.
-  paths = [e.path or f"<{e.label} {i}>" for i, e in enumerate(examples)]
-  if delivered == len(paths):
-    return paths
+  return of_delivered([e.path or f"<{e.label} {i}>" for i, e in enumerate(examples)], delivered,
+                      kept)
+
+
+def of_delivered(values: Sequence, delivered: int, kept: Optional[np.ndarray] = None) -> list:
+  """Per-example `values` of a split, less those of the files skipped as bad (see files_of).
+
+  Raises:
+    ValueError: the counts do not add up, so values cannot be matched.
+  """
+  if delivered == len(values):
+    return list(values)
   if kept is not None and int(np.sum(kept)) == delivered:
-    return [p for p, k in zip(paths, kept) if k]
-  raise ValueError(f"the evaluation gave {delivered} examples for {len(paths)} files, and "
+    return [v for v, k in zip(values, kept) if k]
+  raise ValueError(f"the evaluation gave {delivered} examples for {len(values)} files, and "
                    "the cache does not say which were skipped")

@@ -172,6 +172,7 @@ def find_segments(probabilities: np.ndarray, starts: np.ndarray, labels: Sequenc
     clip_seconds: the window length.
     threshold: the probability a run must reach.
     background: labels never reported.
+    checkpoint: best (where model_dir keeps one, else the latest), last, or a path.
     length: the recording's length in seconds; segments end there at the latest.
 
   Returns:
@@ -201,7 +202,8 @@ def find_segments(probabilities: np.ndarray, starts: np.ndarray, labels: Sequenc
 
 
 def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optional[float] = None,
-           threshold: float = 0.5, background: Sequence[str] = ()) -> list[dict]:
+           threshold: float = 0.5, background: Sequence[str] = (),
+           checkpoint: str = "best") -> list[dict]:
   """The segments of each long audio file, with a model_dir from either engine.
 
   Args:
@@ -211,6 +213,7 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
     hop_seconds: the step between windows; default half a clip.
     threshold: see find_segments.
     background: labels never reported.
+    checkpoint: best (where model_dir keeps one, else the latest), last, or a path.
 
   Returns:
     Per file, {"file", "duration", "segments": [Segment, ...]}. Files that
@@ -219,7 +222,7 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   Raises:
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
-  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
   predict = models.predict_fn(model)
   clip = params.clip_samples
   hop = int(round((hop_seconds or params.clip_seconds / 2) * params.sample_rate))

@@ -266,8 +266,8 @@ def compare(reference: Callable[[np.ndarray], np.ndarray],
 
 def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Params] = None,
            quantize: Sequence[str] = ("none", "int8"), calibration_count: int = 300,
-           check_split: str = "test") -> dict:
-  """Writes model_dir's latest model as .tflite files, then checks each against the Keras model.
+           check_split: str = "test", checkpoint: str = "best") -> dict:
+  """Writes model_dir's model as .tflite files, then checks each against the Keras model.
 
   Args:
     model_dir: a folder either engine trained.
@@ -278,9 +278,12 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
     quantize: the variants to write, from QUANTIZATIONS.
     calibration_count: training clips int8 calibrates on.
     check_split: the split the check runs on (validation if it is empty).
+    checkpoint: best (the one --keep_best kept, where there is one, else the
+      latest), last, or a checkpoint's path (model_dir.choose_checkpoint).
 
   Returns:
-    check.json's content: {"model_dir", "export_dir", "split", "keras_accuracy",
+    check.json's content: {"model_dir", "checkpoint" (best, last or its
+    path), "steps" (the checkpoint's), "export_dir", "split", "keras_accuracy",
     "variants": {name: {"file", "bytes", "size_vs_float", "agreement",
     "max_prob_diff", "accuracy"}}, "targets": {target: bool}}.
 
@@ -290,7 +293,8 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
   unknown = [q for q in quantize if q not in QUANTIZATIONS]
   if unknown or not quantize:
     raise ValueError(f"quantize must name some of {QUANTIZATIONS}, got {list(quantize)}")
-  model, params, labels = model_dir_lib.load_model(model_dir, params)
+  chosen = model_dir_lib.choose_checkpoint(model_dir, checkpoint)
+  model, params, labels = model_dir_lib.load_model(model_dir, params, chosen.path)
   export_dir = export_dir or os.path.join(model_dir, "tflite")
   os.makedirs(export_dir, exist_ok=True)
   calibration = calibration_clips(params, calibration_count) if "int8" in quantize else None
@@ -311,7 +315,7 @@ def export(model_dir: str, export_dir: Optional[str] = None, params: Optional[Pa
     variants[q] = {"file": FILE_NAMES[q], "bytes": len(content),
                    "size_vs_float": round(len(content) / float_bytes, 4) if float_bytes else None,
                    **{k: v for k, v in checked[q].items() if k != "examples"}}
-  result = {"model_dir": model_dir, "export_dir": export_dir, "split": split,
+  result = {"model_dir": model_dir, **chosen.record(), "export_dir": export_dir, "split": split,
             "examples": checked["reference"]["examples"],
             "keras_accuracy": checked["reference"]["accuracy"], "variants": variants,
             "targets": targets(variants)}

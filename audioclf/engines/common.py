@@ -10,6 +10,7 @@ import tensorflow as tf
 from audioclf.data.manifest import Manifest
 from audioclf.data.pipeline import input_fn
 from audioclf.engines.stall import StallMeter
+from audioclf.model import best as best_lib
 from audioclf.params import Params
 
 METRIC_NAMES = ("loss", "accuracy")  # What compile_model asks for; both engines report these.
@@ -23,6 +24,16 @@ class Result:
   examples_per_sec: Optional[float]  # Training throughput; None when too few steps ran.
   # Share of training step time spent waiting for input (audioclf.engines.stall); None when no step ran.
   input_stall_fraction: Optional[float] = None
+  best: Optional[dict] = None  # --keep_best: {"metric", "value", "step"} of the best evaluation.
+  stopped_at: Optional[int] = None  # The step early stopping ended the run at; None if it did not.
+
+
+def selection(tracker: Optional[best_lib.Tracker], steps: int, params: Params) -> dict:
+  """Result's best and stopped_at fields, from the run's best Tracker (None without --keep_best)."""
+  if tracker is None:
+    return {}
+  stopped = tracker.exhausted and steps < params.train_steps
+  return {"best": tracker.summary(), "stopped_at": steps if stopped else None}
 
 
 def has_split(manifest: Manifest, split: str) -> bool:

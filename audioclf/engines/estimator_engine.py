@@ -23,13 +23,15 @@ from audioclf.engines.common import (
   metered_train_input,
   metric_values,
   prefetch_device,
+  selection,
   stall_fraction,
   stall_log_every,
 )
 from audioclf.engines.stall import EstimatorStallHook, StallMeter
+from audioclf.model import best as best_lib
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
-from audioclf.params import Params
+from audioclf.params import ParamError, Params
 
 compat.require_estimator()  # Before tf.estimator is first touched: say which stack has it.
 
@@ -107,13 +109,55 @@ class _LastEvaluation(tf.estimator.Exporter):
     self.metrics = dict(eval_result)
 
 
+class _KeepBest(tf.estimator.Exporter):
+  """Gives each evaluation, and the checkpoint it evaluated, to the run's best Tracker.
+
+  An EvalSpec's exporters see every evaluation's result and checkpoint, on
+  the process that evaluates (locally, inside the checkpoint's save; in a
+  cluster, the evaluator task). Exports nothing itself.
+  """
+
+  def __init__(self, tracker: best_lib.Tracker):
+    self.tracker = tracker
+
+  @property
+  def name(self):
+    return "keep_best"
+
+  def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+    self.tracker.update(int(eval_result["global_step"]), metric_values(eval_result),
+                        checkpoint_path)
+
+
+class _StopEarly(tf.estimator.SessionRunHook):
+  """Ends training at the step whose evaluation used up early stopping's patience.
+
+  The Estimator runs its CheckpointSaverHook, and so the evaluation and the
+  exporters, before any train hook's after_run of the same step: this one
+  sees that evaluation's verdict in time to stop right there, so no step is
+  trained after it and no extra checkpoint or evaluation follows.
+  """
+
+  def __init__(self, tracker: best_lib.Tracker):
+    self._tracker = tracker
+
+  def after_run(self, run_context, run_values):
+    if self._tracker.exhausted:
+      logging.info("audioclf: no better %s in %d evaluations: stopping",
+                   self._tracker.metric, self._tracker.patience)
+      run_context.request_stop()
+
+
 def train(params: Params, manifest: Manifest) -> Optional[Result]:
   """Trains with tf.estimator.train_and_evaluate up to params.train_steps, resuming from model_dir.
 
   The model is `models.build_model`'s, compiled by `models.compile_model`:
   model_to_estimator clones it into the Estimator's graph, so there is no
   hand-written model_fn to drift from the Keras engine. A checkpoint, and an
-  evaluation of it, come every `eval_every_steps` (only at the end when 0).
+  evaluation of it, come every `eval_every_steps` (only at the end when 0);
+  with --keep_best, a copy of it in best/ when its evaluation is the best so
+  far, and with --early_stopping_patience, the run's end when too many were
+  not (in one process; a cluster keeps the best on its evaluator task).
 
   Where TF_CONFIG names a cluster, this process is one task of TensorFlow's
   between-graph replication: the chief and the workers each train on their
@@ -133,6 +177,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
 
   Raises:
     ValueError: TF_CONFIG names more than one training task but no ps.
+    params.ParamError: --early_stopping_patience in a cluster.
   """
   task = cluster_lib.current_task()
   if task is not None and task.type == "ps":
@@ -142,6 +187,12 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
     raise ValueError("the Estimator trains on several workers through parameter servers, and "
                      f"TF_CONFIG's cluster has none: {task.cluster}. Add ps tasks "
                      "(python -m audioclf launch --ps=1).")
+  if task is not None and params.early_stopping_patience:
+    # Its evaluator alone would know when to stop, and no task tells the others.
+    raise ParamError(f"--early_stopping_patience={params.early_stopping_patience}: the "
+                     "Estimator stops early when it trains in one process, not in a cluster; "
+                     "drop it there (--keep_best still keeps the best checkpoint), or use "
+                     "--engine=keras")
   chief = task is None or task.is_chief
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
@@ -168,6 +219,8 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
 
   latest = tf.train.latest_checkpoint(params.model_dir)
   start_step = model_dir_lib.checkpoint_step(latest) if latest else 0
+  # Locally this process evaluates; in a cluster, the evaluator task does.
+  best = best_lib.tracker(params, write=task is None or task.type == "evaluator")
   clock = training_clock(steps_to_run=params.train_steps - start_step)
   meter = StallMeter()
   device = prefetch_device(params)
@@ -192,7 +245,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       ds = ds.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
     return ds
 
-  if start_step < params.train_steps:
+  if start_step < params.train_steps and not (best and best.exhausted):
     if task is not None and task.type == "worker" and latest is None:
       _wait_for_chief(params.model_dir)
     # The stall hook begins and ends the meter's steps; the saving listener
@@ -203,7 +256,10 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
     hooks = [EstimatorClockHook([clock, count]),
              EstimatorStallHook(meter, params.model_dir if chief else None,
                                 every_steps=stall_log_every(params))]
+    if best and best.patience:
+      hooks.append(_StopEarly(best))
     last = _LastEvaluation()
+    exporters = [last] + ([_KeepBest(best)] if best else [])
     outcome = tf.estimator.train_and_evaluate(
         estimator,
         # The probe goes in inside the input_fn: the Estimator builds the
@@ -214,7 +270,7 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
         # Locally, throttle_secs=0 evaluates every checkpoint (their spacing is
         # the schedule); an evaluator task looks for a new one every second.
         tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=1 if task else 0,
-                              start_delay_secs=0, exporters=[last]))
+                              start_delay_secs=0, exporters=exporters))
     if task is None:
       validation, _ = outcome
     else:  # train_and_evaluate returns nothing on a cluster's tasks.
@@ -231,13 +287,18 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
     # Estimator.train would not see that max_steps is reached: it looks for a
     # variable named "global_step", and object-based checkpoints call it
     # "estimator_global_step/...". It would run one more step.
-    logging.info("audioclf: %s is already at step %d of %d; evaluating only",
-                 params.model_dir, start_step, params.train_steps)
+    logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
+                 params.model_dir, start_step, params.train_steps,
+                 ", stopped early" if start_step < params.train_steps else "")
     validation = estimator.evaluate(eval_input())
   test = estimator.evaluate(eval_input("test"), name="test") if has_split(manifest, "test") else None
+  steps = int(validation["global_step"])
+  if task is not None and best:
+    best = best_lib.tracker(params, write=False)  # What the evaluator task kept meanwhile.
   return Result(
-      steps=int(validation["global_step"]),
+      steps=steps,
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
       examples_per_sec=clock.examples_per_sec(params.batch_size),
-      input_stall_fraction=stall_fraction(meter))
+      input_stall_fraction=stall_fraction(meter),
+      **selection(best, steps, params))

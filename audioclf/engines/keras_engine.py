@@ -24,10 +24,12 @@ from audioclf.engines.common import (
   metered_train_input,
   metric_values,
   prefetch_device,
+  selection,
   stall_fraction,
   stall_log_every,
 )
 from audioclf.engines.stall import StallMeter
+from audioclf.model import best as best_lib
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
@@ -37,7 +39,9 @@ def train(params: Params, manifest: Manifest) -> Result:
   """Trains with model.fit up to params.train_steps, resuming from model_dir.
 
   One Keras epoch is `eval_every_steps` steps (all of train_steps when 0):
-  each ends with a validation pass and a checkpoint.
+  each ends with a validation pass and a checkpoint; with --keep_best, a
+  copy of it in best/ when its validation is the best so far, and with
+  --early_stopping_patience, the run's end when too many were not.
 
   Args:
     params: the run's parameters; params.model_dir already prepared.
@@ -143,6 +147,11 @@ class _Checkpoints:
   def _make_manager(self, directory: str) -> tf.train.CheckpointManager:
     return model_dir_lib.checkpoint_manager(self._checkpoint, directory)
 
+  @property
+  def saved(self) -> Optional[str]:
+    """The checkpoint this task last saved into model_dir (None off the chief)."""
+    return self._manager.latest_checkpoint if self._chief else None
+
   def save(self, checkpoint_number: int) -> None:
     if self._chief:
       self._manager.save(checkpoint_number=checkpoint_number)
@@ -154,6 +163,28 @@ class _Checkpoints:
       self._make_manager(scratch).save(checkpoint_number=checkpoint_number)
     finally:
       shutil.rmtree(scratch, ignore_errors=True)
+
+
+class _KeepBest(keras.callbacks.Callback):
+  """Gives each epoch's validation, and the checkpoint just saved, to the run's best Tracker.
+
+  After keras_loop's own callbacks, so the epoch's checkpoint is saved
+  first. Once early stopping's patience has run out, the run stops there:
+  every worker of a cluster sees the same validation, so all stop together.
+  """
+
+  def __init__(self, tracker: best_lib.Tracker, checkpoints: _Checkpoints):
+    super().__init__()
+    self._tracker, self._checkpoints = tracker, checkpoints
+
+  def on_epoch_end(self, epoch, logs=None):
+    step = int(self.model.optimizer.iterations.numpy())
+    results = {name: logs[f"val_{name}"] for name in ("accuracy", "loss")}
+    self._tracker.update(step, results, self._checkpoints.saved)
+    if self._tracker.exhausted:
+      logging.info("audioclf: no better %s in %d evaluations: stopping at step %d",
+                   self._tracker.metric, self._tracker.patience, step)
+      self.model.stop_training = True
 
 
 def evaluation_batching(clips: int, pipelines: int, replicas: int,
@@ -234,11 +265,12 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
     checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
     logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
   step = int(model.optimizer.iterations.numpy())
+  best = best_lib.tracker(params, write=chief)
 
   clock = training_clock(steps_to_run=params.train_steps - step)
   meter = StallMeter()
   validation = _evaluation(strategy, params, manifest)
-  if step < params.train_steps:
+  if step < params.train_steps and not (best and best.exhausted):
     every = params.eval_every_steps or params.train_steps
     # Epochs count from the global step, so TensorBoard's epoch summaries of a
     # resumed run carry on where the last one stopped.
@@ -261,21 +293,25 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
         tensorboard_dir=params.model_dir if chief else None,
         tensorboard_update_freq=params.log_every_steps or "epoch",
         validation_data=validation["x"],
-        validation_steps=validation["steps"])
+        validation_steps=validation["steps"],
+        callbacks=[_KeepBest(best, manager)] if best else [])
     # The last epoch's validation ran on the final weights.
     validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
   else:
-    logging.info("audioclf: %s is already at step %d of %d; evaluating only",
-                 params.model_dir, step, params.train_steps)
+    logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
+                 params.model_dir, step, params.train_steps,
+                 ", stopped early" if step < params.train_steps else "")
     validation = model.evaluate(validation["x"], steps=validation["steps"], return_dict=True,
                                 verbose=0)
   test = None
   if has_split(manifest, "test"):
     test = _evaluation(strategy, params, manifest, "test")
     test = model.evaluate(test["x"], steps=test["steps"], return_dict=True, verbose=0)
+  steps = int(model.optimizer.iterations.numpy())
   return Result(
-      steps=int(model.optimizer.iterations.numpy()),
+      steps=steps,
       validation=metric_values(validation),
       test=metric_values(test) if test is not None else None,
       examples_per_sec=clock.examples_per_sec(params.batch_size),
-      input_stall_fraction=stall_fraction(meter))
+      input_stall_fraction=stall_fraction(meter),
+      **selection(best, steps, params))

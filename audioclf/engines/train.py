@@ -12,6 +12,7 @@ from typing import Any
 from audioclf import engines
 from audioclf.data import manifest as manifest_lib
 from audioclf.distributed import cluster as cluster_lib
+from audioclf.model import best as best_lib
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.model import registry
 from audioclf.params import Params
@@ -31,12 +32,17 @@ def train(params: Params) -> dict[str, Any]:
     The metrics also written to metrics.json: engine, model, steps,
     val_loss/val_accuracy, test_loss/test_accuracy (None without a test split),
     examples_per_sec, input_stall_fraction (the share of training step time
-    spent waiting for input; None when no step ran), wall_seconds, model_dir.
+    spent waiting for input; None when no step ran), best ({"metric",
+    "value", "step"} of the checkpoint --keep_best kept; None without it),
+    stopped_early and stopped_at_step (early stopping's step, else None),
+    wall_seconds, model_dir. The validation and test metrics are the final
+    model's; `audioclf evaluate` gives the best one's.
 
   Raises:
     params.ParamError: an invalid value (an unknown engine or model among them).
     model_dir.ModelDirError: model_dir holds another engine's or another
-      model's run, or other labels.
+      model's run, or other labels, or a best checkpoint by another metric
+      (or one that a run without --keep_best would leave behind).
     manifest.DataError: the data source is unusable.
   """
   params.validate()  # First: a typo fails at once, before the data is scanned.
@@ -50,6 +56,7 @@ def train(params: Params) -> dict[str, Any]:
   chief = task is None or task.is_chief
   manifest = manifest_lib.load(params)
   # In a cluster only the chief writes model_dir; the others check it.
+  best_lib.check_resume(params)  # Before prepare rewrites params.json.
   model_dir_lib.prepare(params, manifest.labels, write=chief)
   result = train_fn(params, manifest)
   if result is None:  # A worker or ps task of a cluster: nothing of its own to report.
@@ -65,6 +72,9 @@ def train(params: Params) -> dict[str, Any]:
       "test_accuracy": test.get("accuracy"),
       "examples_per_sec": result.examples_per_sec,
       "input_stall_fraction": result.input_stall_fraction,
+      "best": result.best,
+      "stopped_early": result.stopped_at is not None,
+      "stopped_at_step": result.stopped_at,
       "wall_seconds": round(time.perf_counter() - start, 1),
       "model_dir": params.model_dir,
   }

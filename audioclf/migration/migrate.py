@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -31,7 +32,11 @@ def migrate(from_model_dir: str, to_model_dir: str,
     The migration record, also kept in to_model_dir's params.json under
     "migration": from_model_dir, from_engine, from_stack, checkpoint, steps,
     weights (values carried), optimizer, optimizer_state ("carried", "fresh"
-    or "partial"), not_carried (sentences), to_model_dir.
+    or "partial"), not_carried (sentences), best ({"metric", "value",
+    "step"} of the best checkpoint --keep_best kept, carried into
+    to_model_dir/best/ the same way; None without one), to_model_dir.
+    Training resumes from the carried latest checkpoint; evaluate, predict
+    and export take the carried best.
 
   Raises:
     MigrationError: not on the current stack; from_model_dir is not a legacy
@@ -56,14 +61,14 @@ def migrate(from_model_dir: str, to_model_dir: str,
     raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
                          "model_dir and overwrites nothing; choose a new folder")
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
+  best = model_dir_lib.best_record(from_model_dir)
+  legacy_best = None
+  if best is not None:
+    legacy_best = LegacyCheckpoint.read(
+        model_dir_lib.choose_checkpoint(from_model_dir, "best").path)
 
   params = saved.replace(engine="keras", model_dir=to_model_dir)
-  model = models.compile_model(models.build_model(params, len(labels)), params)
-  names = assign_weights(model, legacy).names
-  not_carried = assign_optimizer_state(model, legacy, names, params.optimizer,
-                                       slots=carry_optimizer_state)
-  if carry_optimizer_state and legacy.slots is None and ORDERED_SLOTS.get(params.optimizer):
-    not_carried.append(f"the checkpoint holds no {params.optimizer} state")
+  model, names, not_carried = _carry(params, labels, legacy, carry_optimizer_state)
   record = {
       "from_model_dir": os.path.abspath(from_model_dir),
       "from_engine": saved.engine,
@@ -79,6 +84,7 @@ def migrate(from_model_dir: str, to_model_dir: str,
       "learning_rate": f"{params.lr_schedule}, from params.json"
                        + (" (a function of the carried step)" if params.lr_schedule != "constant"
                           else ""),
+      "best": {k: best[k] for k in ("metric", "value", "step")} if best else None,
   }
   # Written beside the target and renamed into place: a failure leaves no half model_dir.
   parent = os.path.dirname(os.path.abspath(to_model_dir))
@@ -89,9 +95,35 @@ def migrate(from_model_dir: str, to_model_dir: str,
     model_dir_lib.write_params(tmp, params, migration=record)
     model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), tmp).save(
         checkpoint_number=legacy.step)
+    if legacy_best is not None:
+      _write_best(tmp, best, _carry(params, labels, legacy_best, carry_optimizer_state)[0])
     if os.path.isdir(to_model_dir):
       os.rmdir(to_model_dir)  # Empty, checked above.
     os.rename(tmp, to_model_dir)
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
   return {**record, "to_model_dir": to_model_dir}
+
+
+def _carry(params, labels, legacy: LegacyCheckpoint, carry_optimizer_state: bool):
+  """A compiled Keras 3 model holding `legacy`'s weights (and optimizer state, if asked).
+
+  Returns:
+    (model, the weights' names, what could not be carried: sentences).
+  """
+  model = models.compile_model(models.build_model(params, len(labels)), params)
+  names = assign_weights(model, legacy).names
+  not_carried = assign_optimizer_state(model, legacy, names, params.optimizer,
+                                       slots=carry_optimizer_state)
+  if carry_optimizer_state and legacy.slots is None and ORDERED_SLOTS.get(params.optimizer):
+    not_carried.append(f"the checkpoint holds no {params.optimizer} state")
+  return model, names, not_carried
+
+
+def _write_best(model_dir: str, record: dict[str, Any], model) -> None:
+  """model_dir/best/: the migrated best checkpoint, and the legacy run's record of it."""
+  folder = os.path.join(model_dir, model_dir_lib.BEST_DIR)
+  path = model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), folder, max_to_keep=1).save(
+      checkpoint_number=record["step"])
+  with open(os.path.join(folder, model_dir_lib.BEST_FILE), "w") as f:
+    f.write(json.dumps(dict(record, checkpoint=os.path.basename(path)), indent=1) + "\n")

@@ -33,7 +33,8 @@ def legacy_python() -> Optional[str]:
 
 
 def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str], out: str,
-                         params: Optional[Params] = None, timeout: float = 600) -> None:
+                         params: Optional[Params] = None, timeout: float = 600,
+                         checkpoint: str = "best") -> None:
   """Runs `python -m audioclf predict --save_probabilities=out` with the legacy stack's Python.
 
   This checkout's audioclf is put first on the subprocess's path, so both
@@ -50,7 +51,7 @@ def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str],
   if params is not None:
     overrides = [f"--batch_size={params.batch_size}", f"--on_bad_file={params.on_bad_file}"]
   cmd = [python, "-m", "audioclf", "predict", f"--model_dir={from_model_dir}",
-         f"--save_probabilities={out}", *overrides, "--", *files]
+         f"--checkpoint={checkpoint}", f"--save_probabilities={out}", *overrides, "--", *files]
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
   if proc.returncode != 0 or not os.path.isfile(out):
     raise MigrationError(f"the legacy model's predictions failed ({python} -m audioclf predict, "
@@ -67,7 +68,7 @@ def per_class_accuracy(probs: np.ndarray, truth: np.ndarray, labels: Sequence[st
 
 def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Params] = None,
                   split: str = "validation", probabilities_file: Optional[str] = None,
-                  python: Optional[str] = None) -> dict[str, Any]:
+                  python: Optional[str] = None, checkpoint: str = "best") -> dict[str, Any]:
   """The legacy and the migrated model on the same held-out clips, side by side.
 
   Args:
@@ -80,9 +81,12 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
       the legacy stack: its clips are compared.
     python: the legacy stack's Python, run to compute the legacy
       probabilities when no file is given (default `legacy_python()`).
+    checkpoint: which checkpoint of each model_dir is compared: best (where
+      the run kept one, and migrate carried it; else the latest) or last.
 
   Returns:
-    {"clips", "split", "labels", "legacy_accuracy", "migrated_accuracy",
+    {"clips", "split", "checkpoint", "steps" (the migrated checkpoint's),
+    "labels", "legacy_accuracy", "migrated_accuracy",
     "legacy_per_class", "migrated_per_class", "max_abs_difference",
     "same_prediction" (share of clips whose top class agrees), "legacy_source"}.
 
@@ -107,7 +111,8 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
     if not files:
       raise MigrationError(f"the {split} split of {params.data_dir or params.manifest!r} is empty")
     probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
-    legacy_probabilities(python, from_model_dir, files, probabilities_file, params)
+    legacy_probabilities(python, from_model_dir, files, probabilities_file, params,
+                         checkpoint=checkpoint)
     source = f"{python} -m audioclf predict"
   else:
     source = probabilities_file
@@ -120,14 +125,16 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
   if unknown:
     raise MigrationError(f"{len(unknown)} clips of {probabilities_file!r} are not in the data "
                          f"{params.data_dir or params.manifest!r}, e.g. {unknown[0]!r}")
+  chosen = model_dir_lib.choose_checkpoint(to_model_dir, checkpoint)
   migrated_files, migrated, _ = predict_lib.probabilities(
-      to_model_dir, files, params.replace(on_bad_file="fail"))
+      to_model_dir, files, params.replace(on_bad_file="fail"), chosen.path)
   truth = np.array([labels.index(truth_of[os.path.realpath(f)]) for f in files])
   legacy_per_class = per_class_accuracy(legacy, truth, labels)
   migrated_per_class = per_class_accuracy(migrated, truth, labels)
   return {
       "clips": len(files),
       "split": split,
+      **chosen.record(),
       "labels": labels,
       "legacy_accuracy": float(np.mean(np.argmax(legacy, 1) == truth)),
       "migrated_accuracy": float(np.mean(np.argmax(migrated, 1) == truth)),

@@ -6,7 +6,14 @@
                         ("stack": TensorFlow major.minor, Keras major version)
     metrics.json        final metrics, the same dict the run prints as its last line
     checkpoint, model.ckpt-<step>.*   object-based checkpoints rooted at the Keras
-                                      model, from either engine
+                                      model, from either engine; a resumed run
+                                      continues from the latest
+    best/               with --keep_best: the best evaluation's checkpoint so far
+      best.json         its step, metric and value, and every evaluation's value
+      model.ckpt-<step>.*   that checkpoint, copied (audioclf.model.best)
+
+evaluate, predict, export and migrate take the best checkpoint where best/
+holds one, else the latest (`choose_checkpoint`).
 
 Both engines write object-based checkpoints whose keys are those of the Keras
 model (`layer_with_weights-0/kernel/...`): the Keras engine saves
@@ -22,6 +29,7 @@ it, naming what to run instead (audioclf migrate, to move it to Keras 3).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any, Optional, Sequence
@@ -41,6 +49,9 @@ CHECKPOINT_NAME = "model.ckpt"  # The Estimator's name; the Keras engine uses it
 KEEP_CHECKPOINTS = 5  # The Estimator's default, for both engines.
 MIGRATION_KEY = "migration"  # params.json's record of what audioclf migrate carried, if any.
 STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.stack_record().
+BEST_DIR = "best"  # <model_dir>/best/: the best checkpoint (audioclf.model.best writes it).
+BEST_FILE = "best.json"  # Its record, in BEST_DIR.
+CHECKPOINT_CHOICES = ("best", "last")  # What a command's --checkpoint names, besides a path.
 
 # Fields that decide the variables or what they mean: a checkpoint only makes
 # sense in a model built with the same values. (learning_rate, train_steps or
@@ -222,6 +233,64 @@ def latest_checkpoint(model_dir: str) -> str:
   return path
 
 
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+  """The checkpoint a command uses, and how it was chosen."""
+
+  path: str  # The checkpoint's prefix.
+  kind: str  # "best", "last", or "path" (given by the user).
+  step: int
+
+  def record(self) -> dict[str, Any]:
+    """What a command's JSON line says of it: {"checkpoint": best, last or the path, "steps"}."""
+    return {"checkpoint": self.path if self.kind == "path" else self.kind, "steps": self.step}
+
+
+def best_record(model_dir: str) -> Optional[dict[str, Any]]:
+  """<model_dir>/best/best.json's content, or None where the run kept no best checkpoint."""
+  path = os.path.join(model_dir, BEST_DIR, BEST_FILE)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def choose_checkpoint(model_dir: str, which: str = "best") -> Chosen:
+  """The checkpoint `which` names in model_dir.
+
+  Args:
+    model_dir: a folder either engine trained.
+    which: "best": the best checkpoint where model_dir keeps one (--keep_best),
+      else the latest; "last": the latest, whatever was kept; anything else is
+      a checkpoint's path (its prefix, e.g. <model_dir>/model.ckpt-400),
+      called best or last where it is the one those name.
+
+  Raises:
+    ModelDirError: no checkpoint there, or none at the path given.
+  """
+  record = best_record(model_dir) if which == "best" else None
+  if record is not None:
+    path = os.path.join(model_dir, BEST_DIR, record["checkpoint"])
+    if not tf.io.gfile.exists(f"{path}.index"):
+      raise ModelDirError(f"{os.path.join(model_dir, BEST_DIR, BEST_FILE)} names "
+                          f"{record['checkpoint']}, which is not there: use --checkpoint=last")
+    return Chosen(path, "best", checkpoint_step(path))
+  if which in CHECKPOINT_CHOICES:
+    path = latest_checkpoint(model_dir)
+    return Chosen(path, "last", checkpoint_step(path))
+  if not tf.io.gfile.exists(f"{which}.index"):
+    raise ModelDirError(f"--checkpoint={which}: no such checkpoint (give best, last, or a "
+                        "checkpoint's prefix such as <model_dir>/model.ckpt-400)")
+  # A chosen checkpoint handed on by path (commands choose once) keeps its name.
+  where = os.path.dirname(os.path.abspath(which))
+  if where == os.path.abspath(os.path.join(model_dir, BEST_DIR)):
+    kind = "best"
+  else:
+    latest = tf.train.latest_checkpoint(model_dir)
+    kind = "last" if latest and os.path.abspath(latest) == os.path.abspath(which) else "path"
+  return Chosen(which, kind, checkpoint_step(which))
+
+
 def checkpoint_manager(checkpoint: tf.train.Checkpoint, directory: str,
                        max_to_keep: int = KEEP_CHECKPOINTS) -> tf.train.CheckpointManager:
   """Saves `checkpoint` (a `tf.train.Checkpoint(model)`) into directory as every Keras path does.
@@ -244,14 +313,15 @@ def checkpoint_step(path: str) -> int:
 
 
 def load_model(model_dir: str, params: Optional[Params] = None,
-               checkpoint: Optional[str] = None) -> tuple[keras.Model, Params, list[str]]:
+               checkpoint: str = "best") -> tuple[keras.Model, Params, list[str]]:
   """The trained, compiled Keras model of a model_dir from either engine of this stack.
 
   Args:
     model_dir: a folder a training run wrote.
     params: the parameters to use instead of params.json (data or batch size
       may change; the architecture fields must match the saved ones).
-    checkpoint: a checkpoint path; default the latest in model_dir.
+    checkpoint: best (where model_dir keeps one, else the latest), last, or a
+      checkpoint's path: see choose_checkpoint.
 
   Returns:
     (model, params, labels).
@@ -265,7 +335,7 @@ def load_model(model_dir: str, params: Optional[Params] = None,
   params = params or saved
   check_same_model(saved, params, model_dir)
   labels = read_labels(model_dir)
-  checkpoint = checkpoint or latest_checkpoint(model_dir)
+  checkpoint = choose_checkpoint(model_dir, checkpoint).path
   model = models.build_model(params, len(labels))
   # Compile before restoring, with the run's optimizer family: the checkpoint
   # holds optimizer slots, and a deferred restore of a legacy (Estimator)
