@@ -247,3 +247,33 @@ def test_background_recordings_found_and_never_a_label(words_data, tmp_path):
     manifest.load(Params(data_dir=words_data))
   m = manifest.load(Params(data_dir=words_data, on_bad_file="skip"))
   assert [os.path.basename(e.path) for e in m.noise] == ["a.flac", "b.wav"]
+
+
+def test_csv_header_may_name_more_columns_for_group_by(tmp_path, tone_data):
+  rel = os.path.relpath(tone_data, tmp_path)
+  csv = tmp_path / "m.csv"
+  csv.write_text("path,speaker,label,split\n"
+                 f"{rel}/low/spk000low_nohash_0.wav,ann,low,train\n"
+                 f"{rel}/low/spk001low_nohash_0.wav,bob,low,\n"
+                 f"{rel}/mid/spk000mid_nohash_0.wav,ann,mid,test\n")
+  params = Params(manifest=str(csv))
+  m = manifest.load(params)
+  assert [(e.label, e.split) for e in m.examples] == [
+      ("low", "train"), ("low", manifest.which_split("spk001low_nohash_0.wav", 10, 10)),
+      ("mid", "test")]
+  assert manifest.groups(params, m.examples, "speaker") == ["ann", "bob", "ann"]
+  assert manifest.groups(params.replace(manifest=None, data_dir=tone_data), m.examples,
+                         "speaker") == ["spk000low", "spk001low", "spk000mid"]
+  with pytest.raises(manifest.DataError, match=r"--group_by=mic: .*group by speaker$"):
+    manifest.groups(params, m.examples, "mic")
+
+
+@pytest.mark.parametrize("content, match", [
+    ("path,label,speaker\na.wav,low\n", r"m\.csv:2: expected the header's 3 columns"),
+    ("path,speaker\na.wav,ann\n", r"m\.csv:1: a header must name path, label"),
+    ("path,label,speaker,speaker\na.wav,low,a,b\n", r"m\.csv:1: a header must name .* once each"),
+])
+def test_csv_header_problems_name_the_line(tmp_path, content, match):
+  (tmp_path / "m.csv").write_text(content)
+  with pytest.raises(manifest.DataError, match=match):
+    manifest.load(Params(manifest=str(tmp_path / "m.csv")))

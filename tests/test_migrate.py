@@ -80,6 +80,28 @@ def test_migrated_model_predicts_what_the_legacy_one_did(engine, tmp_path, tone_
 
 
 @pytest.mark.current_only
+def test_the_best_checkpoint_is_carried_beside_the_last(tmp_path):
+  from audioclf.model import best as best_lib  # pylint: disable=g-import-not-at-top
+  legacy = str(tmp_path / "legacy")
+  shutil.copytree(_fixture("estimator"), legacy)  # Its checkpoint is in two shards.
+  # The legacy run kept its one checkpoint as its best, as --keep_best would have.
+  best_lib.Tracker(legacy, "val_loss").update(LEGACY_STEPS, {"accuracy": 1.0, "loss": 0.25},
+                                              os.path.join(legacy, f"model.ckpt-{LEGACY_STEPS}"))
+  to = str(tmp_path / "migrated")
+  record = migrate(legacy, to)
+  assert record["best"] == {"metric": "val_loss", "value": 0.25, "step": LEGACY_STEPS}
+  best = model_dir_lib.choose_checkpoint(to)
+  assert (best.kind, best.step) == ("best", LEGACY_STEPS)
+  assert os.path.dirname(best.path) == os.path.join(to, "best")
+  assert model_dir_lib.best_record(to)["evaluations"] == [{"step": LEGACY_STEPS, "value": 0.25}]
+  files, expected, _ = predict_lib.load_probabilities(
+      os.path.join(FIXTURES, "estimator_probabilities.npz"))
+  for which in ("best", "last"):
+    _, probs, _ = predict_lib.probabilities(to, files, checkpoint=which)
+    assert np.max(np.abs(probs - expected)) <= 1e-5, which
+
+
+@pytest.mark.current_only
 @pytest.mark.parametrize("engine", FIXTURE_ENGINES)
 def test_training_continues_with_the_carried_optimizer(engine, tmp_path, tone_data):
   """M more steps from the migrated model, once with the optimizer carried and once fresh.

@@ -176,3 +176,53 @@ def test_evaluate_names_the_files_around_skipped_ones(trained, tmp_path):
       for error in csv.DictReader(f):  # ...and each error still names its own file.
         assert "bad" not in error["file"]
         assert os.path.basename(os.path.dirname(error["file"])) == error["true_label"]
+
+
+def test_group_accuracy_puts_the_weakest_group_first(tmp_path):
+  groups = ["a", "a", "b", "b", "b", "c", "d", "d"]
+  y_true = np.array([0, 1, 0, 1, 1, 0, 0, 0])
+  y_pred = np.array([0, 1, 0, 0, 0, 1, 0, 1])
+  rows = report.group_accuracy(groups, y_true, y_pred)
+  # b 1/3, then c and d... c 0/1 is weaker than d 1/2; a, all right, last.
+  assert [(r["group"], r["examples"], round(r["accuracy"], 3)) for r in rows] == [
+      ("c", 1, 0.0), ("b", 3, 0.333), ("d", 2, 0.5), ("a", 2, 1.0)]
+  table = report.group_table("speaker", rows, shown=2)
+  assert table.splitlines()[0] == "accuracy by speaker, weakest first (4 groups)"
+  assert table.splitlines()[2].split() == ["c", "1", "0.000"]
+  assert table.splitlines()[-1] == f"... 2 more in {report.GROUPS_FILE}"
+  # Equal accuracies: the larger group first, its weakness the surer one.
+  assert [r["group"] for r in report.group_accuracy(["x", "y", "y"], [0, 0, 0], [1, 1, 1])] == [
+      "y", "x"]
+
+
+def test_evaluate_reports_accuracy_per_speaker_and_per_csv_column(trained, tmp_path):
+  from audioclf.data import manifest as manifest_lib
+  params, _ = trained("keras")
+  examples = manifest_lib.load(params).examples
+  csv_path = tmp_path / "m.csv"
+  with open(csv_path, "w") as f:  # The same files and splits, with a speaker and a mic each.
+    f.write("path,label,split,speaker,mic\n")
+    for i, e in enumerate(examples):
+      f.write(f"{e.path},{e.label},{e.split},{os.path.basename(e.path)[:6]},m{i % 2}\n")
+  by_csv = params.replace(data_dir=None, manifest=str(csv_path))
+  test = [e for e in examples if e.split == "test"]
+  for source, by, names in (
+      (params, "speaker", {manifest_lib.speaker_of(e.path) for e in test}),
+      (by_csv, "speaker", {os.path.basename(e.path)[:6] for e in test}),  # The column, not the name.
+      (by_csv, "mic", {f"m{examples.index(e) % 2}" for e in test})):
+    report_dir = tmp_path / f"report_{by}_{source.manifest is None}"
+    results = evaluate(params.model_dir, "test", source, report_dir=str(report_dir), group_by=by)
+    rows = results["report"]["groups"]["rows"]
+    assert results["report"]["groups"]["by"] == by
+    assert sum(r["examples"] for r in rows) == results["files"]
+    assert sum(r["accuracy"] * r["examples"] for r in rows) == pytest.approx(
+        results["accuracy"] * results["files"])
+    assert [r["accuracy"] for r in rows] == sorted(r["accuracy"] for r in rows)
+    assert {r["group"] for r in rows} == names
+    with open(report_dir / report.GROUPS_FILE) as f:
+      assert [row["speaker" if by == "speaker" else by] for row in csv.DictReader(f)] == [
+          r["group"] for r in rows]
+    assert f"accuracy by {by}, weakest first" in results["report"]["text"]
+  from audioclf.data.manifest import DataError
+  with pytest.raises(DataError, match="--group_by=room: no such column .* group by speaker, mic"):
+    evaluate(params.model_dir, "test", by_csv, group_by="room")

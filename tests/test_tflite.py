@@ -50,6 +50,7 @@ def test_float_and_int8_agree_with_keras(exported):
 def test_the_check_reports_each_variant(exported):
   params, result = exported
   assert result["split"] == "test"
+  assert (result["checkpoint"], result["steps"]) == ("last", params.train_steps)  # No best kept.
   saved = json.load(open(os.path.join(result["export_dir"], "check.json")))
   assert saved == json.loads(json.dumps(result))
   floats, int8 = result["variants"]["none"], result["variants"]["int8"]

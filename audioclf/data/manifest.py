@@ -114,7 +114,7 @@ def groups(params: Params, examples: Sequence[Example], by: str) -> list[str]:
   if column is None and by != SPEAKER:
     extra = _csv_extra_columns(params.manifest) if params.manifest else []
     raise DataError(f"--group_by={by}: no such column in {params.manifest or params.data_dir}; "
-                    f"group by {', '.join([SPEAKER, *extra])}")
+                    f"group by {', '.join(dict.fromkeys([SPEAKER, *extra]))}")
   return [e.label if e.virtual else column[e.path] if column is not None else speaker_of(e.path)
           for e in examples]
 
