@@ -203,3 +203,74 @@ def test_background_noise_deterministic_and_reused(noisy, tmp_path):
                        background_noise=True, noise_seconds=NOISE_SECONDS)
   assert (Path(other[0]).parents[1] / msw.NOISE_DIR / "pink_noise.wav").read_bytes() != (
       Path(noise["pink_noise"]).read_bytes())
+
+
+# --- --held_out_speakers: unseen voices, beyond the training speakers' rate and pitch.
+
+HELD_OUT = 2
+
+
+@pytest.fixture(scope="module")
+def held_out(tmp_path_factory):
+  out = tmp_path_factory.mktemp("held") / "words"
+  paths = msw.generate(out, WORDS, PER_WORD, seed=0, progress=False, held_out_speakers=HELD_OUT)
+  return out, paths
+
+
+def test_held_out_speakers_leave_the_word_clips_as_they_were(dataset, held_out):
+  (out, paths), (plain, plain_paths) = held_out, dataset
+  assert [Path(p).relative_to(out) for p in paths] == [Path(p).relative_to(plain)
+                                                       for p in plain_paths]
+  for a, b in zip(paths, plain_paths):
+    assert Path(a).read_bytes() == Path(b).read_bytes()
+  assert sorted(p.name for p in out.iterdir()) == sorted(WORDS + [msw.HELD_OUT_DIR,
+                                                                 msw.STAMP_NAME])
+
+
+def test_held_out_speakers_are_a_test_split_of_voices_beyond_the_training_range(held_out):
+  out, _ = held_out
+  held = [Path(p) for p in msw.held_out_paths(out)]
+  # Each says each word as often as a training speaker (3 clips, 3 speakers: once).
+  assert len(held) == len(WORDS) * HELD_OUT
+  stamp = json.loads((out / msw.STAMP_NAME).read_text())
+  speakers, unseen = stamp["speakers"], stamp["held_out_speakers"]
+  assert len(unseen) == HELD_OUT and not set(unseen) & set(speakers)
+  assert not {s["voice"] for s in unseen.values()} & {s["voice"] for s in speakers.values()}
+  for s in unseen.values():
+    assert not msw.RATE_WPM[0] * 0.93 <= s["rate"] <= msw.RATE_WPM[1] * 1.07 + 1, s
+    assert not msw.PITCH[0] - 3 <= s["pitch"] <= msw.PITCH[1] + 3, s
+  for p in held:
+    assert p.parents[1] == out / msw.HELD_OUT_DIR and NAME_RE.fullmatch(p.name)
+    assert NAME_RE.fullmatch(p.name).group(1) in unseen
+    assert sf.info(str(p)).frames == 16000
+  listed = (out / msw.HELD_OUT_DIR / "testing_list.txt").read_text().split()
+  assert listed == [str(p.relative_to(out / msw.HELD_OUT_DIR)) for p in held]
+
+  from audioclf import Params
+  from audioclf.data import manifest
+  trained_on = manifest.load(Params(data_dir=str(out)))
+  assert list(trained_on.labels) == sorted(WORDS)
+  assert not any(msw.HELD_OUT_DIR in e.path for e in trained_on.examples)
+  unseen_data = manifest.load(Params(data_dir=str(out / msw.HELD_OUT_DIR)))
+  assert unseen_data.labels == trained_on.labels
+  assert unseen_data.counts() == {"train": 0, "validation": 0, "test": len(held)}
+
+
+def test_held_out_speakers_are_deterministic_and_reused(held_out, tmp_path, capsys):
+  out, _ = held_out
+  again = tmp_path / "again"
+  msw.generate(again, WORDS, PER_WORD, seed=0, progress=False, held_out_speakers=HELD_OUT)
+  for a, b in zip(msw.held_out_paths(out), msw.held_out_paths(again)):
+    assert Path(a).read_bytes() == Path(b).read_bytes()
+  stamp = (again / msw.STAMP_NAME).stat().st_mtime_ns
+  msw.generate(again, WORDS, PER_WORD, seed=0, progress=False, held_out_speakers=HELD_OUT)
+  assert (again / msw.STAMP_NAME).stat().st_mtime_ns == stamp  # Reused, not rewritten.
+  Path(msw.held_out_paths(again)[0]).unlink()  # A missing clip is noticed: written again.
+  msw.generate(again, WORDS, PER_WORD, seed=0, progress=False, held_out_speakers=HELD_OUT)
+  assert Path(msw.held_out_paths(again)[0]).read_bytes() == Path(
+      msw.held_out_paths(out)[0]).read_bytes()
+  rc = msw.main(["--out_dir", str(again), "--words", ",".join(WORDS), "--per_word", str(PER_WORD),
+                 "--seed", "0", "--held_out_speakers", str(HELD_OUT)])
+  printed = capsys.readouterr().out
+  assert rc == 0 and "reusing" in printed
+  assert f"{len(WORDS) * HELD_OUT} clips of {HELD_OUT} held-out speakers" in printed

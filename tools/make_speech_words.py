@@ -22,8 +22,21 @@ wandering level), and babble: several of this tool's own voices saying words tha
 among the dataset's words, overlapping. A folder scan skips `_background_noise_` as a label;
 audioclf mixes excerpts of these into training examples (--noise_prob, --noise_snr_db).
 
+With --held_out_speakers=N it also writes voices the training data never has, to measure how a
+model does on unseen voices:
+
+    <out_dir>/_held_out/<word>/<speaker>_nohash_<n>.wav   as many clips per speaker as above
+    <out_dir>/_held_out/testing_list.txt                   every one of them: all are test clips
+
+N more speakers, each of an espeak voice no training speaker uses (while there are any) and
+with its speaking rate and pitch drawn beyond the training speakers' ranges (slower or faster,
+lower or higher: HELD_OUT_RATE_WPM, HELD_OUT_PITCH). A folder scan of out_dir skips `_held_out`
+(as any folder starting with "_"), so the training data stays what it was; evaluate on them with
+`python -m audioclf evaluate --data_dir=<out_dir>/_held_out --split=test`.
+
 The output is a pure function of (words, per_word, seed, speakers, background noise and its
-length): the same settings give the same bytes. A finished dataset is stamped with `_generated.json` (written last); a rerun
+length, held-out speakers): the same settings give the same bytes, and the word clips are the
+same with or without the held-out ones. A finished dataset is stamped with `_generated.json` (written last); a rerun
 with the same settings reuses it and returns at once, --force regenerates.
 
 Import `generate()` from other tools and tests (tools/ is not a package; load this file with
@@ -71,6 +84,7 @@ NOISE_RMS_DBFS = -26.0
 BABBLE_WORDS = ("the", "and", "maybe", "later", "water", "paper", "number", "coffee", "window",
                 "morning", "yellow", "because", "people", "little", "table", "sunday")
 BABBLE_VOICES = 6  # Talkers overlapping at any time.
+HELD_OUT_DIR = "_held_out"  # Starts with "_": a folder scan of out_dir takes it for no label.
 # Bump whenever the output for unchanged settings changes, so old stamps stop matching.
 GENERATOR_VERSION = 1
 
@@ -100,6 +114,10 @@ RATE_WPM = (130, 220)
 MAX_RATE_WPM = 700
 PITCH = (20, 80)        # espeak's 0-100 scale inside the voice's own pitch range
 PITCH_RANGE = (20, 90)  # 0 is a monotone, 50 espeak's default
+# Held-out speakers' rate and pitch: one of two bands each, beyond RATE_WPM and PITCH even
+# after each clip's jitter (rate x 0.93-1.07, pitch +-3) on both sides.
+HELD_OUT_RATE_WPM = ((90, 112), (255, 300))
+HELD_OUT_PITCH = ((0, 13), (87, 100))
 
 # Values from espeak-ng's speak_lib.h.
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -130,6 +148,7 @@ def generate(
     progress: bool = True,
     background_noise: bool = False,
     noise_seconds: float = NOISE_SECONDS,
+    held_out_speakers: int = 0,
 ) -> list[str]:
   """Writes (or reuses) a synthetic speech-commands dataset.
 
@@ -144,10 +163,13 @@ def generate(
     progress: Show a tqdm progress bar on stderr.
     background_noise: Also write `_background_noise_/` (see the module docstring).
     noise_seconds: Length of each background noise recording.
+    held_out_speakers: Also write this many unseen speakers' clips under `_held_out/`
+      (see the module docstring).
 
   Returns:
     The absolute paths of the word clips, word by word, in clip order (the background
-    noise recordings are not among them: see `noise_paths`).
+    noise recordings and held-out clips are not among them: see `noise_paths` and
+    `held_out_paths`).
 
   Raises:
     SpeechWordsError: espeakng-loader is missing, a word cannot be synthesized or does
@@ -155,7 +177,7 @@ def generate(
   """
   paths, _ = _generate(out_dir, words, per_word, seed, speakers=speakers, force=force,
                        progress=progress, background_noise=background_noise,
-                       noise_seconds=noise_seconds)
+                       noise_seconds=noise_seconds, held_out_speakers=held_out_speakers)
   return paths
 
 
@@ -166,11 +188,20 @@ def noise_paths(out_dir: str | os.PathLike) -> list[str]:
   return [str(out / p) for p in stamp.get("noise_files", [])]
 
 
+def held_out_paths(out_dir: str | os.PathLike) -> list[str]:
+  """The held-out speakers' clips a finished dataset in out_dir holds (none without them)."""
+  out = Path(os.path.abspath(out_dir))
+  stamp = json.loads((out / STAMP_NAME).read_text())
+  return [str(out / p) for p in stamp.get("held_out_files", [])]
+
+
 def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
-              background_noise=False, noise_seconds=NOISE_SECONDS):
+              background_noise=False, noise_seconds=NOISE_SECONDS, held_out_speakers=0):
   words = _check_words(words)
   if per_word < 1 or speakers < 1:
     raise SpeechWordsError("--per_word and --speakers must be at least 1")
+  if held_out_speakers < 0:
+    raise SpeechWordsError("--held_out_speakers must be non-negative")
   if background_noise and not 1.0 <= noise_seconds <= 3600:
     raise SpeechWordsError("--noise_seconds must be between 1 and 3600")
   if seed < 0:
@@ -189,6 +220,8 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
   if background_noise:
     # Only when asked: a dataset without noise keeps the stamp (and the reuse) it had.
     settings["background_noise"] = {"seconds": float(noise_seconds)}
+  if held_out_speakers:
+    settings["held_out_speakers"] = int(held_out_speakers)  # Likewise only when asked.
   if not force:
     reused = _reusable(out, settings)
     if reused is not None:
@@ -211,6 +244,9 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
     file_bytes = (tmp / rel_paths[0]).stat().st_size
     noise_files = (_write_noise(tmp, words, seed, voices, noise_seconds)
                    if background_noise else [])
+    held_out = _held_out_pool(voices, held_out_speakers, seed, pool)
+    held_out_files = (_write_held_out(tmp, words, per_word, seed, pool, held_out, progress)
+                      if held_out else [])
     stamp = {
         "settings": settings,
         "files": rel_paths,
@@ -221,6 +257,10 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
         "speakers": {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
                      for s in pool},
     }
+    if held_out:
+      stamp["held_out_files"] = held_out_files
+      stamp["held_out_speakers"] = {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
+                                    for s in held_out}
     _write_atomically(tmp / STAMP_NAME, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     _swap_in(tmp, out)
   except BaseException:
@@ -258,6 +298,9 @@ def _reusable(out: Path, settings: dict) -> list[str] | None:
       return None
     if "background_noise" in settings and (not stamp.get("noise_files") or any(
         (out / p).stat().st_size != stamp["noise_bytes"] for p in stamp["noise_files"])):
+      return None
+    if "held_out_speakers" in settings and (not stamp.get("held_out_files") or any(
+        (out / p).stat().st_size != stamp["file_bytes"] for p in stamp["held_out_files"])):
       return None
   except (OSError, ValueError, KeyError, TypeError):
     return None
@@ -327,16 +370,62 @@ def _speaker_pool(voices: list[str], n: int, seed: int) -> list[dict]:
   return pool
 
 
+def _held_out_pool(voices: list[str], n: int, seed: int, pool: list[dict]) -> list[dict]:
+  """n speakers no training speaker resembles: unused voices, rate and pitch beyond their ranges.
+
+  Drawn from a random stream of their own, so the training pool is the same with or without them.
+  """
+  rng = np.random.default_rng([seed, 4])
+  used = {s["voice"] for s in pool}
+  unused = [v for v in voices if v not in used] or voices
+  held, seen = [], {s["id"] for s in pool}
+  while len(held) < n:
+    rate = HELD_OUT_RATE_WPM[int(rng.integers(2))]
+    pitch = HELD_OUT_PITCH[int(rng.integers(2))]
+    s = {
+        "voice": unused[int(rng.integers(len(unused)))],
+        "rate": int(rng.integers(rate[0], rate[1] + 1)),
+        "pitch": int(rng.integers(pitch[0], pitch[1] + 1)),
+        "range": int(rng.integers(PITCH_RANGE[0], PITCH_RANGE[1] + 1)),
+    }
+    key = json.dumps([s["voice"], s["rate"], s["pitch"], s["range"]])
+    s["id"] = hashlib.sha1(key.encode()).hexdigest()[:8]
+    if s["id"] not in seen:
+      seen.add(s["id"])
+      held.append(s)
+  return held
+
+
+def _write_held_out(root: Path, words, per_word: int, seed: int, pool: list[dict],
+                    held: list[dict], progress: bool) -> list[str]:
+  """Writes the held-out speakers' clips under root/HELD_OUT_DIR, and its testing_list.txt.
+
+  Each held-out speaker says each word as often as a training speaker does. Their jitter and
+  rendering draw from random streams of their own (the word clips' are 1 and 2, the noise's 3,
+  the held-out pool's 4), so the word clips are the same bytes with or without them.
+
+  Returns:
+    Their paths relative to root.
+  """
+  folder = root / HELD_OUT_DIR
+  folder.mkdir()
+  clips = -(-per_word // len(pool)) * len(held)
+  rel_paths, _ = _write_clips(folder, words, clips, seed, held, progress, streams=(5, 6))
+  _write_atomically(folder / "testing_list.txt", "".join(f"{p}\n" for p in rel_paths))
+  return [f"{HELD_OUT_DIR}/{p}" for p in rel_paths]
+
+
 def _clip_rng(seed: int, word: str, i: int, stream: int) -> np.random.Generator:
   # Keyed by the word itself, not its position, so adding a word leaves the others' clips alone.
   return np.random.default_rng([seed, stream, zlib.crc32(word.encode()), i])
 
 
-def _jobs_for_word(word: str, per_word: int, seed: int, pool: list[dict]) -> list[list]:
+def _jobs_for_word(word: str, per_word: int, seed: int, pool: list[dict],
+                   stream: int = 1) -> list[list]:
   jobs = []
   for i in range(per_word):
     s = pool[i % len(pool)]
-    rng = _clip_rng(seed, word, i, 1)
+    rng = _clip_rng(seed, word, i, stream)
     # Nobody says a word twice the same way; keep the jitter small so the speaker stays
     # recognizable.
     rate = int(round(s["rate"] * rng.uniform(0.93, 1.07)))
@@ -346,7 +435,8 @@ def _jobs_for_word(word: str, per_word: int, seed: int, pool: list[dict]) -> lis
   return jobs
 
 
-def _write_clips(root: Path, words, per_word, seed, pool, progress):
+def _write_clips(root: Path, words, per_word, seed, pool, progress, streams=(1, 2)):
+  """Writes root/<word>/<speaker>_nohash_<n>.wav; `streams` key the jitter and render draws."""
   import soundfile as sf
   import soxr
   from tqdm import tqdm
@@ -356,7 +446,7 @@ def _write_clips(root: Path, words, per_word, seed, pool, progress):
   bar = tqdm(total=len(words) * per_word, desc="speech words", unit="clip",
              file=sys.stderr, disable=not progress, dynamic_ncols=True)
   with bar, concurrent.futures.ThreadPoolExecutor(n_workers) as ex:
-    futures = [ex.submit(_synthesize_word, w, _jobs_for_word(w, per_word, seed, pool))
+    futures = [ex.submit(_synthesize_word, w, _jobs_for_word(w, per_word, seed, pool, streams[0]))
                for w in words]
     try:
       for word, fut in zip(words, futures):
@@ -364,7 +454,7 @@ def _write_clips(root: Path, words, per_word, seed, pool, progress):
         version = header["espeak"]
         (root / word).mkdir()
         for i, raw in enumerate(raws):
-          clip = _render_clip(raw, header["sample_rate"], _clip_rng(seed, word, i, 2),
+          clip = _render_clip(raw, header["sample_rate"], _clip_rng(seed, word, i, streams[1]),
                               soxr)
           rel = f"{word}/{pool[i % len(pool)]['id']}_nohash_{i // len(pool)}.wav"
           sf.write(root / rel, clip, SAMPLE_RATE, subtype="PCM_16", format="WAV")
@@ -640,6 +730,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  help=f"also write {NOISE_DIR}/ (noise colours, hum, babble)")
   p.add_argument("--noise_seconds", type=float, default=NOISE_SECONDS,
                  help="length of each background noise recording")
+  p.add_argument("--held_out_speakers", type=int, default=0,
+                 help=f"also write this many unseen speakers' clips to {HELD_OUT_DIR}/ (voices "
+                      "beyond the training speakers' rate and pitch), all listed as test clips")
   p.add_argument("--force", action="store_true", help="regenerate even if already there")
   p.add_argument("--no_progress", action="store_true", help="no progress bar")
   args = p.parse_args(argv)
@@ -650,7 +743,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               speakers=args.speakers, force=args.force,
                               progress=not args.no_progress,
                               background_noise=args.background_noise,
-                              noise_seconds=args.noise_seconds)
+                              noise_seconds=args.noise_seconds,
+                              held_out_speakers=args.held_out_speakers)
   except SpeechWordsError as e:
     print(f"make_speech_words: error: {e}", file=sys.stderr)
     return 1
@@ -660,6 +754,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_noise = len(noise_paths(args.out_dir))
     print(f"with {n_noise} background noise recordings of {args.noise_seconds:g} s in "
           f"{args.out_dir}/{NOISE_DIR}")
+  if args.held_out_speakers:
+    print(f"with {len(held_out_paths(args.out_dir))} clips of {args.held_out_speakers} held-out "
+          f"speakers in {args.out_dir}/{HELD_OUT_DIR} (all in its testing_list.txt)")
   if reused:
     print(f"reusing {args.out_dir}: {len(paths)} clips ({n_words} words x {args.per_word}) "
           f"already generated with these settings (--force regenerates)")
