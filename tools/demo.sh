@@ -6,12 +6,15 @@
 #   tools/demo.sh                    # a few minutes on 2 CPU cores
 #   tools/demo.sh --train_steps=50   # extra flags go to every training run
 #   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
+# Each run is also evaluated on voices it never heard, beyond the training speakers' rate and pitch
+# (data/speech_words/_held_out, make_speech_words.py --held_out_speakers): the table shows both
+# accuracies, and the weakest unseen speaker's.
 # With both stacks it then tells the migration story: the legacy Estimator model migrated to Keras 3
 # (python -m audioclf migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
 # stack, and shown beside the Keras-3-from-scratch run (tools/migration_story.py).
 # Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine> (checkpoints, TensorBoard logs,
-# labels.txt, params.json, metrics.json), runs/demo/<stack>-<engine>.json, runs/demo/current/migrated,
-# and tables at the end.
+# labels.txt, params.json, metrics.json, eval_held_out/), runs/demo/<stack>-<engine>.json,
+# runs/demo/current/migrated, and tables at the end.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
 
@@ -28,7 +31,7 @@ for stack in "${STACKS[@]}"; do
   use_stack "$stack"
   if [ "${#RUNS[@]}" = 0 ]; then  # Once, with the first stack's Python.
     "$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0 \
-      --background_noise
+      --background_noise --held_out_speakers 10
   fi
   echo "[demo] $stack stack: filling the clip cache (a later run reads it and decodes nothing)" >&2
   "$PYTHON" -m audioclf cache --flagfile=flags/demo.flags | tail -n 1 \
@@ -38,6 +41,11 @@ for stack in "${STACKS[@]}"; do
     "$PYTHON" -m audioclf train --flagfile=flags/demo.flags --engine="$engine" \
       --model_dir="runs/demo/$stack/$engine" "$@" | tee "runs/demo/$stack-$engine.log" | tail -n 1 \
       > "runs/demo/$stack-$engine.json"
+    echo "[demo] $stack stack, --engine=$engine: evaluating on the held-out voices" >&2
+    "$PYTHON" -m audioclf evaluate --model_dir="runs/demo/$stack/$engine" --split=test \
+      --data_dir=data/speech_words/_held_out --group_by=speaker \
+      --report_dir="runs/demo/$stack/$engine/eval_held_out" | tail -n 1 \
+      > "runs/demo/$stack-$engine-held-out.json"
     RUNS+=("$stack-$engine")
   done
 done
@@ -45,8 +53,12 @@ done
 "$PYTHON" - "${RUNS[@]}" <<'PY'
 import json, sys
 rows = {run: json.load(open(f"runs/demo/{run}.json")) for run in sys.argv[1:]}
-keys = ["steps", "val_accuracy", "test_accuracy", "examples_per_sec", "input_stall_fraction",
-        "wall_seconds"]
+for run, row in rows.items():  # Unseen voices: accuracy, and the weakest speaker's (report.json).
+  held_out = json.load(open(f"runs/demo/{run}-held-out.json"))
+  groups = json.load(open(f"{held_out['report_dir']}/report.json"))["groups"]["rows"]
+  row.update(held_out_accuracy=held_out["accuracy"], held_out_weakest=groups[0]["accuracy"])
+keys = ["steps", "val_accuracy", "test_accuracy", "held_out_accuracy", "held_out_weakest",
+        "examples_per_sec", "input_stall_fraction", "wall_seconds"]
 keys = [k for k in keys if any(k in r for r in rows.values())]
 width = max(18, *(len(run) + 2 for run in rows))
 print(f"{'':22s}" + "".join(f"{run:>{width}s}" for run in rows))
@@ -54,6 +66,8 @@ for k in keys:
   cells = [r.get(k) for r in rows.values()]
   print(f"{k:22s}" + "".join(f"{c:{width}.4g}" if isinstance(c, (int, float)) else f"{str(c):>{width}s}"
                              for c in cells))
+print("test: new speakers of the training voices' range; held_out: voices beyond it "
+      "(data/speech_words/_held_out)")
 print(json.dumps({"demo": rows}))
 PY
 
