@@ -10,7 +10,8 @@
 
 An engine module has `train(params, manifest) -> engines.common.Result`; it
 leaves object-based checkpoints in params.model_dir that `model_dir.load_model`
-restores, whichever engine wrote them.
+restores, whichever engine wrote them, and with --keep_best feeds each
+evaluation to a `model.best.Tracker` (and stops early where it says so).
 """
 
 from __future__ import annotations
