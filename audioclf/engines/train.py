@@ -55,8 +55,8 @@ def train(params: Params) -> dict[str, Any]:
   task = cluster_lib.current_task()
   chief = task is None or task.is_chief
   manifest = manifest_lib.load(params)
-  # In a cluster only the chief writes model_dir; the others check it.
   best_lib.check_resume(params)  # Before prepare rewrites params.json.
+  # In a cluster only the chief writes model_dir; the others check it.
   model_dir_lib.prepare(params, manifest.labels, write=chief)
   result = train_fn(params, manifest)
   if result is None:  # A worker or ps task of a cluster: nothing of its own to report.
