@@ -1,4 +1,4 @@
-"""The best checkpoint and early stopping, both engines; evaluate, predict, export and migrate take the best."""
+"""The best checkpoint and early stopping, both engines; evaluate, predict and export take the best."""
 
 import json
 import os
@@ -135,8 +135,8 @@ def test_evaluate_predict_and_export_take_the_best(trained, tmp_path):
 
   sf_rate = params.sample_rate
   waves = np.stack([tone(f, 0.5, sf_rate, seed=i) for i, f in enumerate((300.0, 1452.0))])
-  expected = {which: models.predict_fn(
-      model_dir_lib.load_model(model_dir, checkpoint=which)[0])(waves) for which in ("best", "last")}
+  expected = {which: models.predict_fn(model_dir_lib.load_model(model_dir, checkpoint=which)[0])(
+      waves) for which in ("best", "last")}
   assert not np.allclose(expected["best"], expected["last"])
   served = tf.saved_model.load(export(model_dir, str(tmp_path / "export")))
   np.testing.assert_allclose(served.signatures["serving_default"](

@@ -208,7 +208,7 @@ def test_evaluate_reports_accuracy_per_speaker_and_per_csv_column(trained, tmp_p
   test = [e for e in examples if e.split == "test"]
   for source, by, names in (
       (params, "speaker", {manifest_lib.speaker_of(e.path) for e in test}),
-      (by_csv, "speaker", {os.path.basename(e.path)[:6] for e in test}),  # The column, not the name.
+      (by_csv, "speaker", {os.path.basename(e.path)[:6] for e in test}),  # The column's.
       (by_csv, "mic", {f"m{examples.index(e) % 2}" for e in test})):
     report_dir = tmp_path / f"report_{by}_{source.manifest is None}"
     results = evaluate(params.model_dir, "test", source, report_dir=str(report_dir), group_by=by)

@@ -36,8 +36,9 @@ lower or higher: HELD_OUT_RATE_WPM, HELD_OUT_PITCH). A folder scan of out_dir sk
 
 The output is a pure function of (words, per_word, seed, speakers, background noise and its
 length, held-out speakers): the same settings give the same bytes, and the word clips are the
-same with or without the held-out ones. A finished dataset is stamped with `_generated.json` (written last); a rerun
-with the same settings reuses it and returns at once, --force regenerates.
+same with or without the held-out ones. A finished dataset is stamped with `_generated.json`
+(written last); a rerun with the same settings reuses it and returns at once, --force
+regenerates.
 
 Import `generate()` from other tools and tests (tools/ is not a package; load this file with
 importlib or put tools/ on sys.path).

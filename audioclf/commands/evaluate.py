@@ -1,4 +1,4 @@
-"""audioclf evaluate: a model_dir's best (else latest) checkpoint, or an exported SavedModel, on one split.
+"""audioclf evaluate: a model_dir's best (else latest) checkpoint, or a SavedModel, on one split.
 
   python -m audioclf evaluate --model_dir=runs/demo/current/keras [--split=test] [--data_dir=...]
   python -m audioclf evaluate --model_dir=runs/demo/current/keras --split=test --group_by=speaker

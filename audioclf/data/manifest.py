@@ -315,7 +315,8 @@ def _from_csv(params: Params) -> Manifest:
       raise DataError(f"{where}split must be one of {SPLITS}, got {split!r}")
     rows.append((file, record["label"], split, where))
   examples = _stat_examples(rows, params)
-  return Manifest(tuple(sorted({e.label for e in examples})), tuple(examples), os.path.dirname(path))
+  labels = tuple(sorted({e.label for e in examples}))
+  return Manifest(labels, tuple(examples), os.path.dirname(path))
 
 
 def _csv_records(path: str) -> Iterator[tuple[str, str, dict[str, str]]]:
@@ -373,7 +374,7 @@ def _header(row: list[str], where: str) -> Optional[list[str]]:
 
 
 def _csv_column(path: str, name: str) -> Optional[dict[str, str]]:
-  """File -> its value in the CSV manifest's column `name`, or None where there is no such column."""
+  """File -> its value in the CSV manifest's column `name`; None where it has no such column."""
   if name.lower() not in _csv_extra_columns(path):
     return None
   return {file: record[name.lower()] for _, file, record in _csv_records(os.path.abspath(path))}

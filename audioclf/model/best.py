@@ -1,4 +1,4 @@
-"""The best checkpoint of a run: <model_dir>/best/, its record, and when to stop for want of a better one.
+"""The best checkpoint of a run: <model_dir>/best/, its record, and when to stop for want of better.
 
 Both engines feed a `Tracker` each validation evaluation with the checkpoint
 it evaluated (the Keras engine at each epoch's end, the Estimator from an
@@ -67,7 +67,7 @@ class Tracker:
 
   @property
   def exhausted(self) -> bool:
-    """Whether early stopping's patience has run out: `patience` evaluations without a better one."""
+    """Whether early stopping's patience has run out: `patience` evaluations without a better."""
     return bool(self.patience) and self.waited >= self.patience
 
   def update(self, step: int, results: dict[str, float], checkpoint: Optional[str]) -> bool:
@@ -87,7 +87,8 @@ class Tracker:
     evaluations = [e for e in (self.record or {}).get("evaluations", []) if e["step"] != step]
     evaluations.append({"step": int(step), "value": value})
     if improved:
-      name = os.path.basename(checkpoint) if checkpoint else f"{model_dir_lib.CHECKPOINT_NAME}-{step}"
+      name = (os.path.basename(checkpoint) if checkpoint
+              else f"{model_dir_lib.CHECKPOINT_NAME}-{step}")
       self.record = {"metric": self.metric, "value": value, "step": int(step), "checkpoint": name}
     self.record["evaluations"] = evaluations
     if self._write and checkpoint:
