@@ -18,7 +18,8 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
   # Enough steps that the worker, whose graph is built while the chief
   # already trains, takes part on a loaded 2-core machine.
   params = tone_params.replace(engine="estimator", model_dir=str(tmp_path / "model"),
-                               train_steps=300, eval_every_steps=100, log_every_steps=100)
+                               train_steps=300, eval_every_steps=100, log_every_steps=100,
+                               keep_best="val_loss")
   flagfile = str(tmp_path / "run.flags")
   params_lib.to_flagfile(params, flagfile)
   run = subprocess.run(
@@ -51,5 +52,12 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
            for line in out.splitlines()
            if line.startswith("[evaluator:0]") and "Saving dict for global step " in line]
   assert any(0 < step < 300 for step in steps), steps
+  # The evaluator kept the best of what it evaluated; the chief's summary read its record when
+  # the chief finished (the evaluator may have evaluated the last checkpoint after that).
+  from audioclf.model import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
+  record = model_dir_lib.best_record(params.model_dir)
+  assert [e["step"] for e in record["evaluations"]] == sorted(set(steps))
+  assert summary["best"]["metric"] == "val_loss" and summary["best"]["step"] in steps
+  assert model_dir_lib.choose_checkpoint(params.model_dir).step == record["step"]
   assert "[launch] training is over; stopping the parameter servers" in run.stderr
   assert "[ps:0] " in run.stdout and "ps:0 stopped" in run.stderr

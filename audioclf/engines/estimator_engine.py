@@ -294,7 +294,8 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   test = estimator.evaluate(eval_input("test"), name="test") if has_split(manifest, "test") else None
   steps = int(validation["global_step"])
   if task is not None and best:
-    best = best_lib.tracker(params, write=False)  # What the evaluator task kept meanwhile.
+    # What the evaluator task has kept so far: it may still evaluate the last checkpoint.
+    best = best_lib.tracker(params, write=False)
   return Result(
       steps=steps,
       validation=metric_values(validation),
