@@ -109,6 +109,11 @@ def test_training_keeps_the_best_and_stops_early(trained, engine, tmp_path):
   again = audioclf.train(more)
   assert (again["steps"], again["stopped_early"]) == (metrics["steps"], True)
   assert model_dir_lib.best_record(model_dir)["evaluations"] == record["evaluations"]
+  # More patience trains on from where it stopped (the latest checkpoint; best/ is never read).
+  on = audioclf.train(more.replace(early_stopping_patience=5, train_steps=metrics["steps"] + 10))
+  assert on["steps"] == metrics["steps"] + 10 and not on["stopped_early"]
+  assert [e["step"] for e in model_dir_lib.best_record(model_dir)["evaluations"]] == [
+      *steps, metrics["steps"] + 10]
 
 
 def _with_best_at(params, tmp_path, step):
