@@ -9,9 +9,11 @@ import concurrent.futures
 import contextlib
 import glob
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -173,3 +175,86 @@ def test_a_read_only_cache_decodes_without_writing_and_warns_once(tmp_path, capl
   assert evaluated == len(manifest_lib.load(params).split("validation"))
   warnings = [r for r in caplog.records if "cannot be written" in r.getMessage()]
   assert len(warnings) == 1  # Once per process, however many input_fn calls.
+
+
+# Decodes made slow (a sleep in each soundfile call), so that calls are in
+# flight on tf.data's threads whenever the signal lands: the race that hung a
+# cold FLAC run at Ctrl-C (or aborted it, "terminate called without an active
+# exception") every time rather than one time in three.
+SLOW_DECODES = textwrap.dedent("""
+  import time
+  from audioclf.data import decode
+  _decode = decode.decode_file
+  def slow_decode(*args, **kwargs):
+    time.sleep(0.2)
+    return _decode(*args, **kwargs)
+  decode.decode_file = slow_decode
+""")
+INTERRUPTED_SCRIPT = SLOW_DECODES + textwrap.dedent("""
+  import os, signal, sys, threading
+  import audioclf
+  data, cache_dir = sys.argv[1:3]
+  p = audioclf.Params(data_dir=data, cache_dir=cache_dir, batch_size=4, validation_percent=30,
+                      testing_percent=0)
+  it = iter(audioclf.input_fn(p, "train"))
+  next(it)
+  # Lands while the main thread waits in TensorFlow for the next batch, as Ctrl-C does.
+  threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+  for _ in it:
+    pass
+""")
+SIGNAL_TIMEOUT_S = 60
+
+
+def test_ctrl_c_while_flac_files_decode_ends_the_process_at_once(tmp_path):
+  # Enough files that the cold epoch is still decoding when the signal lands.
+  data = write_tone_dataset(tmp_path / "flac", per_label=16, seconds=1.0, ext="flac")
+  cmd = [sys.executable, "-c", INTERRUPTED_SCRIPT, data]
+
+  def one(i):
+    try:
+      return subprocess.run(cmd + [str(tmp_path / f"cache{i}")], capture_output=True, text=True,
+                            timeout=SIGNAL_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+      return subprocess.CompletedProcess(cmd, "timeout", "", str(e.stderr or ""))
+  with concurrent.futures.ThreadPoolExecutor(3) as pool:
+    outs = list(pool.map(one, range(3)))
+  for out in outs:
+    # Python ends an unhandled KeyboardInterrupt as killed by SIGINT: never an abort (-6).
+    assert out.returncode == -2 and "KeyboardInterrupt" in out.stderr, explain("Ctrl-C in a cold FLAC pass", out)
+    assert "terminate called" not in out.stderr, explain("Ctrl-C in a cold FLAC pass", out)
+  # Nothing half-written is taken as complete: the split was never finished.
+  assert not glob.glob(str(tmp_path / "cache*" / "*" / "splits" / "*.json"))
+  assert not glob.glob(str(tmp_path / "cache*" / "**" / "*.tmp"), recursive=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_resumes(tmp_path):
+  data = write_tone_dataset(tmp_path / "flac", per_label=16, seconds=1.0, ext="flac")
+  cache_dir = tmp_path / "cache"
+  flags = [f"--data_dir={data}", f"--cache_dir={cache_dir}", f"--model_dir={tmp_path / 'run'}",
+           "--batch_size=4", "--train_steps=8", "--width=8", "--validation_percent=30",
+           "--testing_percent=0"]
+  script = SLOW_DECODES + "from audioclf.commands import train\ntrain.run(['train', *__import__('sys').argv[1:]])\n"
+  proc = subprocess.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    # Ctrl-C once the cold epoch has decoded a few files.
+    deadline = time.monotonic() + SIGNAL_TIMEOUT_S
+    while (len(glob.glob(str(cache_dir / "*" / "entries" / "*" / "*.f32"))) < 4
+           and proc.poll() is None and time.monotonic() < deadline):
+      time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=SIGNAL_TIMEOUT_S)
+  finally:
+    proc.kill()
+  assert proc.returncode == 130, stderr[-3000:]
+  assert stderr.rstrip().splitlines()[-1].startswith("audioclf: interrupted"), stderr[-3000:]
+  assert "Traceback" not in stderr, stderr[-3000:]
+  # The rerun finishes the run, and the cache it leaves passes every check.
+  rerun = subprocess.run([sys.executable, "-m", "audioclf", "train", *flags], capture_output=True,
+                         text=True, timeout=300)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  check = subprocess.run([sys.executable, "-m", "audioclf", "cache", f"--cache_dir={cache_dir}",
+                          "--verify"], capture_output=True, text=True, timeout=300)
+  assert check.returncode == 0 and '"damaged": []' in check.stdout, check.stderr[-3000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging as std_logging
 import os
+import signal
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -14,6 +15,8 @@ from audioclf.params import ParamError
 
 # Set to 1 to see the traceback of an error that a command would report as one line.
 TRACEBACK_ENV = "AUDIOCLF_TRACEBACK"
+INTERRUPTED = ("interrupted: what was written whole is kept (checkpoints, cached clips), nothing "
+               "half-written is; run the same command again to resume")
 
 
 def user_error(error: BaseException) -> Optional[str]:
@@ -65,8 +68,9 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
   flags, and exits 0.
 
   Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
-  on stderr and exits with status 1; set AUDIOCLF_TRACEBACK=1 to get its
-  traceback instead. Any other exception keeps its traceback.
+  on stderr and exits with status 1; Ctrl-C prints `audioclf: interrupted...`
+  and exits with 130, as a shell reports it. Set AUDIOCLF_TRACEBACK=1 to get
+  their traceback instead. Any other exception keeps its traceback.
 
   TensorFlow gives its logger a handler of its own when it first logs before
   app.run has installed absl's; records then print through both (every
@@ -79,16 +83,22 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
       for handler in list(tf_logger.handlers):
         tf_logger.removeHandler(handler)
     quiet.quiet_logging(argv)
+    traceback_wanted = os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
       return main(argv)
+    except KeyboardInterrupt:
+      if traceback_wanted:
+        raise
+      line, code = INTERRUPTED, 128 + signal.SIGINT  # What a shell reports for Ctrl-C.
     except Exception as e:  # pylint: disable=broad-except
-      line = None if os.environ.get(TRACEBACK_ENV, "") not in ("", "0") else user_error(e)
+      line, code = (None if traceback_wanted else user_error(e)), 1
       if line is None:
         raise
+      line = f"error: {line}"
     # Printed once the except block has dropped the traceback, and with it
     # the frames that still hold the failed run's datasets and iterators.
-    print(f"audioclf: error: {line}", file=sys.stderr, flush=True)
-    return 1
+    print(f"audioclf: {line}", file=sys.stderr, flush=True)
+    return code
 
   argv = list(sys.argv if argv is None else argv)
   exit_if_help(argv, doc)

@@ -260,13 +260,18 @@ class Fill:
       if self._native_words(row, header_only=True) is None:
         self.decode(row)  # Canonical WAVs are read when the split is written.
 
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2)
+    try:
       done = pool.map(one, range(len(self.examples)))
       if progress:
         from tqdm import tqdm  # pylint: disable=g-import-not-at-top
         done = tqdm(done, total=len(self.examples), unit="file", disable=None)
       for _ in done:
         pass
+    finally:
+      # On Ctrl-C or a bad file, the files not started yet are dropped (the
+      # pool's `with` would decode them all first); those in flight finish.
+      pool.shutdown(wait=True, cancel_futures=True)
     self.finish()
 
 
