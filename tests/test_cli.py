@@ -1,6 +1,7 @@
 """Commands end an error a user can fix with one line, `audioclf: error: ...`, and exit status 1."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -43,10 +44,14 @@ def test_user_errors_become_one_line_and_others_keep_their_traceback(error, line
 
 
 def run_command(verb, *args, **env):
-  """`python -m audioclf <verb> args` -> (returncode, stderr); fails the test if it does not end."""
+  """`python -m audioclf <verb> args` -> (returncode, stderr); fails the test if it does not end.
+
+  TensorFlow's log level is the command's own default, as a user meets it.
+  """
+  env = dict(os.environ, **env)
+  env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   try:
-    proc = subprocess.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env),
+    proc = subprocess.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"python -m audioclf {verb} did not end in {e.timeout} s: {e.stderr!r:.3000}")
@@ -54,9 +59,14 @@ def run_command(verb, *args, **env):
 
 
 def assert_one_error_line(returncode, stderr, line):
+  """The error line ends stderr, and nothing before it repeats its cause or comes from a failure."""
   assert returncode == 1, stderr[-3000:]
   assert stderr.rstrip("\n").splitlines()[-1] == f"audioclf: error: {line}", stderr[-3000:]
   assert "Traceback" not in stderr, stderr[-3000:]
+  # TensorFlow's op warnings, a thread's error log: each of them repeated the cause.
+  assert stderr.count(line) == 1, stderr[-3000:]
+  assert not re.search(r"^([WE]\d{4} |\d{4}-\d\d-\d\d [\d:.]+: [WE] )", stderr, re.MULTILINE), \
+      stderr[-3000:]
 
 
 @pytest.mark.parametrize("make, flag, line", [

@@ -258,3 +258,26 @@ def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_re
   check = subprocess.run([sys.executable, "-m", "audioclf", "cache", f"--cache_dir={cache_dir}",
                           "--verify"], capture_output=True, text=True, timeout=300)
   assert check.returncode == 0 and '"damaged": []' in check.stdout, check.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size, stage", [("32k", "an entry"), ("1600k", "the split")])
+def test_a_full_disk_while_training_ends_in_one_line_naming_the_cache(tmp_path, size, stage):
+  from test_cli import assert_one_error_line, run_command  # pylint: disable=g-import-not-at-top
+  # About 17 training files of 1 s: 1.1 MB of entries (64 kB each), as much again for their split.
+  data = write_tone_dataset(tmp_path / "flac", per_label=8, seconds=1.0, ext="flac")
+  train = len(manifest_lib.load(audioclf.Params(data_dir=data, validation_percent=30,
+                                                testing_percent=0)).split("train"))
+  with tmpfs(tmp_path / "full", size) as full:
+    cache_dir = os.path.join(full, "cache")
+    returncode, stderr = run_command(
+        "train", f"--data_dir={data}", f"--cache_dir={cache_dir}",
+        f"--model_dir={tmp_path / 'run'}", "--batch_size=4", "--train_steps=12", "--width=4",
+        "--validation_percent=30", "--testing_percent=0")
+    assert_one_error_line(returncode, stderr, f"cannot write the cache in {cache_dir}: No space "
+                          "left on device (free space there, or point --cache_dir at another disk)")
+    assert not glob.glob(os.path.join(full, "**", "*.tmp"), recursive=True)
+    assert not glob.glob(os.path.join(full, "**", "*.json"), recursive=True)
+    entries = glob.glob(os.path.join(cache_dir, "*", "entries", "*", "*.f32"))
+    # Where the disk filled up: at the first entry, or at the split once they were all written.
+    assert len(entries) == 0 if stage == "an entry" else len(entries) >= train, stage

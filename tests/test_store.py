@@ -65,7 +65,16 @@ DAMAGE = {
     "truncated index": lambda base: os.truncate(base + ".idx.npy", 100),
     "a deleted index": lambda base: os.remove(base + ".idx.npy"),
     "a shuffled index": lambda base: np.save(base + ".idx.npy", np.load(base + ".idx.npy")[::-1]),
+    "two keys swapped": lambda base: swap_keys(base),
 }
+
+
+def swap_keys(base, rows=(0, 1)):
+  """Swaps two rows of a split's keys, as written: a file that names every clip but two right."""
+  k = np.load(base + ".keys.npy")
+  k[list(rows)] = k[list(rows[::-1])]
+  with open(base + ".keys.npy", "wb") as f:
+    np.save(f, k)
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
@@ -114,6 +123,67 @@ def test_verify_checks_every_byte_and_unmarks_a_damaged_split(tmp_path):
   out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
   assert out.returncode == 1 and "1 damaged splits" in out.stderr, out.stderr[-2000:]
   assert not os.path.exists(base + ".json")
+
+
+def killed_fill(params):
+  """Entries of every validation file, and no split: what a fill killed before its end leaves."""
+  s = store_lib.Store.for_params(params)
+  examples = manifest_lib.load(params).split("validation")
+  job = fill_lib.Fill(s, examples, s.fingerprints.of(examples), params)
+  for row in range(len(examples)):
+    job.decode(row)
+  return glob.glob(os.path.join(s.entries_dir, "*", "*.f32"))
+
+
+def test_damaged_entries_of_a_killed_fill_are_decoded_again_never_served(tmp_path, caplog):
+  params = params_for(tmp_path, "flac")
+  clean = eval_waveforms(params.replace(cache_dir=str(tmp_path / "clean")))
+  entries = killed_fill(params)
+  assert len(entries) == len(clean)
+  for path in entries:
+    flip_bytes(path, 64)
+  before = fill_lib.decode_count()
+  np.testing.assert_array_equal(eval_waveforms(params), clean)
+  assert fill_lib.decode_count() - before == len(clean)
+  assert sum("fails its checksum" in r.getMessage() for r in caplog.records) == len(clean)
+  # And the split written from them holds the clean clips, under checksums that pass.
+  assert store.verify(params.cache_dir)["damaged"] == []
+  np.testing.assert_array_equal(eval_waveforms(params), clean)
+
+
+def test_an_entry_under_another_files_name_fails_its_checksum(tmp_path):
+  params = params_for(tmp_path, "flac")
+  first, second = sorted(killed_fill(params))[:2]
+  os.replace(first, second)  # Whole, valid samples, of another file.
+  s = store_lib.Store.for_params(params)
+  assert s.read_entry(os.path.basename(second)[:-len(".f32")]) is None
+  assert not os.path.exists(second)  # Removed: its file is decoded again.
+
+
+def test_verify_checks_every_entry_and_the_keys_of_every_split(tmp_path):
+  params = params_for(tmp_path, "flac")
+  eval_waveforms(params)  # One complete split.
+  base = the_split(params)
+  swap_keys(base)
+  other = params.replace(validation_percent=50)  # Another split's files: entries, no split.
+  entries = killed_fill(other)
+  flip_bytes(entries[0], 64)
+  report = store.verify(params.cache_dir)
+  assert report["damaged"] == [base] and not os.path.exists(base + ".json")
+  assert report["entries"] == len(entries) and report["damaged_entries"] == [entries[0]]
+  assert not os.path.exists(entries[0])
+  assert store.verify(params.cache_dir)["damaged_entries"] == []
+
+
+def test_a_split_with_swapped_keys_lends_no_clips_to_a_later_split(tmp_path):
+  # A later split of the same files (an edited dataset) takes its clips from
+  # complete splits by key: swapped keys would give two files each other's clips.
+  params = params_for(tmp_path, "flac")
+  eval_waveforms(params)
+  swap_keys(the_split(params), rows=(0, 5))
+  os.remove(sorted(glob.glob(os.path.join(params.data_dir, "high", "*.flac")))[-1])
+  np.testing.assert_array_equal(
+      eval_waveforms(params), eval_waveforms(params.replace(cache_dir=str(tmp_path / "fresh"))))
 
 
 def test_an_edit_that_puts_the_mtime_back_is_caught(tmp_path):

@@ -2,7 +2,7 @@
 
   python -m audioclf cache --flagfile=flags/demo.flags            # fill every split
   python -m audioclf cache --flagfile=... --info                  # what is cached
-  python -m audioclf cache --cache_dir=... --verify               # check every byte of every split
+  python -m audioclf cache --cache_dir=... --verify               # check every byte of the cache
   python -m audioclf cache --cache_dir=... --prune_days=30        # delete what went unused 30 days
 """
 
@@ -31,9 +31,10 @@ def main(argv: Sequence[str]) -> None:
   if f.verify:
     report = store_lib.verify(params.cache_dir)
     print(json.dumps(report))
-    if report["damaged"]:
-      raise SystemExit(f"audioclf: {len(report['damaged'])} damaged splits (their markers are "
-                       "removed: the next run fills them again)")
+    if report["damaged"] or report["damaged_entries"]:
+      raise SystemExit(f"audioclf: {len(report['damaged'])} damaged splits and "
+                       f"{len(report['damaged_entries'])} damaged entries (removed: the next run "
+                       "fills them again)")
     return
   if f.info:
     print(json.dumps(store_lib.info(store_lib.Store.for_params(params))))

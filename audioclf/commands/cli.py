@@ -24,21 +24,22 @@ def user_error(error: BaseException) -> Optional[str]:
 
   Those are invalid params, an unusable data source or model_dir, a bad audio
   file and a file the system refuses (missing, unreadable, disk full). A bad
-  file found inside the tf.data pipeline arrives as TensorFlow's error, its
-  message holding the BadAudioError's text under TensorFlow's frames; the
-  file and the reason are read back from it.
+  file or a full cache disk met inside the tf.data pipeline arrives as
+  TensorFlow's error, its message holding the BadAudioError's (or the
+  CacheWriteError's) text under TensorFlow's frames; it is read back from it.
   """
   # Imported here, not at the top: `--help` needs no TensorFlow, and by the
   # time a command fails, TensorFlow is loaded anyway.
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
 
-  from audioclf.data import decode, manifest
+  from audioclf.data import decode, manifest, store
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
 
   if isinstance(error, tf.errors.OpError):
-    error = decode.BadAudioError.from_text(error.message) or error
+    error = (decode.BadAudioError.from_text(error.message)
+             or store.CacheWriteError.from_text(error.message) or error)
   if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
                         decode.BadAudioError, OSError)):
     return str(error).removeprefix("audioclf: ")

@@ -170,9 +170,9 @@ def define_cache_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     return
   flags.DEFINE_bool("info", False, "Print what is cached instead of filling it.",
                     flag_values=flag_values)
-  flags.DEFINE_bool("verify", False, "Instead of filling, check every byte of every split under "
-                    "--cache_dir against its checksums; a damaged split loses its marker.",
-                    flag_values=flag_values)
+  flags.DEFINE_bool("verify", False, "Instead of filling, check every byte of every split and "
+                    "entry under --cache_dir against their checksums, and each split's keys; "
+                    "what is damaged is removed, to be filled again.", flag_values=flag_values)
   flags.DEFINE_float("prune_days", None, "Instead of filling, delete the splits and entries "
                      "of every dataset under --cache_dir that no run has used for this many "
                      "days.", flag_values=flag_values)

@@ -62,6 +62,8 @@ class Fill:
     self._started = False
     self.filled = False  # Whether fill_now ran.
     self._thread: Optional[threading.Thread] = None
+    self._written = threading.Event()  # Set once the writer thread wrote the split, or failed.
+    self._error_told = threading.Event()  # Set once `wait` raised the writer's error.
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
     self._decoded: set[int] = set()  # Rows this fill decoded (or read back) already.
@@ -174,13 +176,17 @@ class Fill:
       self._started = True
     if not self.store.writable:
       return np.int64(0)
-    if not background:
-      self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
-      return np.int64(0)
-    if self.params.on_bad_file == "fail":
-      for row in sorted(set(int(r) for r in pending)):
-        if row not in self._decoded and self._native_words(row, header_only=True) is None:
-          self.decode(row)
+    try:
+      if not background:
+        self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
+        return np.int64(0)
+      if self.params.on_bad_file == "fail":
+        for row in sorted(set(int(r) for r in pending)):
+          if row not in self._decoded and self._native_words(row, header_only=True) is None:
+            self.decode(row)
+    except BaseException as e:
+      self.error = e  # Later batches that need the split say why there is none.
+      raise
     self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill")
     self._thread.start()
     return np.int64(0)
@@ -189,10 +195,19 @@ class Fill:
     try:
       self._write()
     except BaseException as e:  # pylint: disable=broad-except
-      # A bad file under "fail" also fails the pass that met it, which names
-      # it to the user; a full disk fails the batches that need the split.
       self.error = e
-      logging.error("audioclf: the cache of this split was not written: %s", e)
+    finally:
+      self._written.set()
+    if self.error is None or isinstance(self.error, decode.BadAudioError):
+      return  # A bad file was met by the pass first (it decodes every file), which names it.
+    # A full disk fails the batches that need the split (`wait` raises it),
+    # and the run ends on that one line. A run that needs none of them ends
+    # without: say it here, once it has ended.
+    while threading.main_thread().is_alive() and not self._error_told.wait(0.5):
+      pass
+    if not self._error_told.is_set():
+      logging.warning("audioclf: the cache of this split was not written (%s); the next run "
+                      "decodes its files again", self.error)
 
   def _write(self) -> None:
     start = time.time()
@@ -233,16 +248,25 @@ class Fill:
     """The written split, once the fill's writer is done.
 
     Raises:
-      RuntimeError: the split could not be written (full disk, bad file): says why.
+      store.CacheWriteError: the split could not be written (a full disk): says where.
+      decode.BadAudioError: a bad file under on_bad_file="fail" kept it from being written.
+      RuntimeError: anything else that kept it from being written: says what.
     """
     if not self._started:
       self.finish()
     if self._thread is not None:
-      self._thread.join()
-    if self.split is None:
-      reason = self.error or "the cache folder is read-only"
-      raise RuntimeError(f"audioclf: could not write the cache of split {self.base}: {reason}")
-    return self.split
+      self._written.wait()  # Not join: a failed writer stays until its error is told.
+    if self.split is not None:
+      return self.split
+    self._error_told.set()
+    # A new exception per call: this runs on several of tf.data's threads at once.
+    e = self.error
+    if isinstance(e, store_lib.CacheWriteError):
+      raise store_lib.CacheWriteError(e.errno, e.reason, e.cache_dir) from e
+    if isinstance(e, decode.BadAudioError):
+      raise decode.BadAudioError(e.path, e.reason) from e
+    reason = e or "the cache cannot be written"
+    raise RuntimeError(f"audioclf: could not write the cache of split {self.base}: {reason}")
 
   def lengths(self, rows: np.ndarray) -> np.ndarray:
     return self.wait().lengths[rows]

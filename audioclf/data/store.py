@@ -4,11 +4,13 @@ Layout under `cache_dir` (numpy only; no TensorFlow):
 
   <decode key>/                      one folder per set of decode parameters
     entries/<kk>/<fingerprint>.f32   float32 samples of one file that needed soundfile + soxr,
+                                     then the CRC-32 of its fingerprint and samples (4 bytes);
                                      kept only until its split is written
     splits/<split key>.data          every clip of a split, end to end (int16 where every
                                      file is a canonical PCM16 WAV, else float32)
     splits/<split key>.idx.npy       int64 [files, 3]: offset, length and CRC-32 of each clip
-    splits/<split key>.keys.npy      each clip's content fingerprint, so later splits can take it
+    splits/<split key>.keys.npy      each clip's content fingerprint, so later splits can take it;
+                                     they hash to the split key, which checks them
     splits/<split key>.json          the marker: schema, format version, dtype, counts. Last.
 
 Keys are content, not places: an entry's key is its file's content
@@ -25,20 +27,26 @@ reader trusts. A run killed while filling leaves no marker, and the next run
 fills again, reusing the entries it finds: no locks to go stale.
 
 Opening a split (`Store.open`) checks the marker's schema, version and
-dtype, the sizes of the data and index files, and the index itself (clips end
-to end, lengths summing to the data); then each clip's CRC-32, unless this
-host already checked these very bytes (`Fingerprints.checked`: the data
-file's stat is unchanged since it was written or last checked). A split that
-fails is reported, its marker removed, and it is filled again: it is never
-served. `verify` checks every byte whatever the memo says.
+dtype, the sizes of the data and index files, the index itself (clips end
+to end, lengths summing to the data) and the keys (they hash to the split's
+name); then each clip's CRC-32, unless this host already checked these very
+bytes (`Fingerprints.checked`: the data file's stat is unchanged since it
+was written or last checked). A split that fails is reported, its marker
+removed, and it is filled again: it is never served. An entry is checked
+against its CRC-32 each time it is read; one that fails is reported, removed
+and decoded again. Nothing is copied into a split that was not checked: its
+clips come from checked entries, checked splits or the source files. `verify`
+checks every byte of every split and entry whatever the memo says.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import json
 import os
+import re
 import threading
 import time
 import zlib
@@ -50,7 +58,9 @@ from absl import logging
 from audioclf.data import keys as keys_lib
 
 SCHEMA = "audioclf.split"
-FORMAT = 4  # Bump when a file format changes: the decode key changes with it, old folders are ignored.
+# Bump when a file format changes: the decode key changes with it, old folders are ignored.
+# 5: entries end with a CRC-32 of their fingerprint and samples.
+FORMAT = 5
 DTYPES = ("<i2", "<f4")
 PCM16_SCALE = np.float32(1 / 32768)  # As libsndfile scales PCM16; exact (a power of two).
 
@@ -63,8 +73,73 @@ class NotNative(Exception):
   """A file of an int16 split turned out not to be a canonical PCM16 WAV."""
 
 
+class CacheWriteError(OSError):
+  """A cache file could not be written (a full disk, a quota, a failing device): says where.
+
+  Its text is what a user reads, one line; it survives TensorFlow's wrapping
+  when raised inside the pipeline (`from_text` reads it back).
+  """
+
+  def __init__(self, errno_: Optional[int], reason: str, cache_dir: str):
+    self.reason, self.cache_dir = reason, cache_dir
+    advice = ("free space there, or point --cache_dir at another disk"
+              if errno_ in (errno.ENOSPC, errno.EDQUOT) else "point --cache_dir elsewhere")
+    super().__init__(errno_, f"audioclf: cannot write the cache in {cache_dir}: {reason} "
+                             f"({advice})")
+
+  def __str__(self) -> str:
+    return self.strerror
+
+  @classmethod
+  def wrap(cls, error: OSError, cache_dir: str) -> "CacheWriteError":
+    if isinstance(error, cls):
+      return error
+    return cls(error.errno, error.strerror or str(error), cache_dir)
+
+  @classmethod
+  def from_text(cls, text: str) -> Optional["CacheWriteError"]:
+    """The first CacheWriteError whose text `text` holds (a TensorFlow error's message), or None."""
+    match = _CACHE_WRITE_ERROR.search(text)
+    if match is None:
+      return None
+    error = cls(None, "", "")
+    error.strerror = match.group(0)  # The whole line, as it was raised.
+    error.args = (None, error.strerror)
+    return error
+
+
+_CACHE_WRITE_ERROR = re.compile(r"audioclf: cannot write the cache in .*")
+
+
 def crc32(samples: np.ndarray) -> int:
   return zlib.crc32(memoryview(np.ascontiguousarray(samples)).cast("B"))
+
+
+def entry_bytes(fingerprint: str, samples: np.ndarray) -> bytes:
+  """An entry file's contents: float32 samples, then the CRC-32 of the fingerprint and them.
+
+  The fingerprint is in the checksum so that an entry under another file's
+  name fails it too.
+  """
+  data = np.ascontiguousarray(samples, dtype="<f4").tobytes()
+  return data + zlib.crc32(data, zlib.crc32(fingerprint.encode())).to_bytes(4, "little")
+
+
+def entry_samples(fingerprint: str, raw: np.ndarray) -> Optional[np.ndarray]:
+  """The float32 samples of an entry's bytes (uint8), or None where they fail their checksum."""
+  if raw.size < 4 or raw.size % 4:
+    return None
+  body = raw[:-4]
+  if zlib.crc32(memoryview(body), zlib.crc32(fingerprint.encode())) != int.from_bytes(
+      raw[-4:].tobytes(), "little"):
+    return None
+  return body.view("<f4")
+
+
+def split_keys_match(base: str, keys: np.ndarray) -> bool:
+  """Whether a split's keys (its files' fingerprints, S32) hash to its name, as they were written."""
+  return keys_lib.digest("split", *(k.decode("ascii", "replace") for k in keys.tolist())) == (
+      os.path.basename(base))
 
 
 def atomic_write(path: str, data: bytes) -> None:
@@ -227,7 +302,18 @@ def check_files(base: str, raw: bytes, count: Optional[int]) -> Split:
                 or (offsets[1:] != offsets[:-1] + lengths[:-1]).any()
                 or offsets[-1] + lengths[-1] != samples):
     raise DamagedSplitError("its index does not lay the clips end to end over its data")
+  keys = _load_keys(base)
+  if keys is None or keys.shape != (count,) or not split_keys_match(base, keys):
+    raise DamagedSplitError("its keys (.keys.npy) are not the fingerprints its name was made of")
   return Split(base, marker, index, st)
+
+
+def _load_keys(base: str) -> Optional[np.ndarray]:
+  try:
+    keys = np.load(base + ".keys.npy", allow_pickle=False)
+  except (OSError, ValueError, EOFError):
+    return None
+  return keys if keys.dtype == np.dtype("S32") and keys.ndim == 1 else None
 
 
 def _report_damaged(base: str, reason: str, remove: bool = True) -> None:
@@ -304,10 +390,21 @@ class Store:
           _remove(entry.path)
 
   def read_entry(self, fingerprint: str) -> Optional[np.ndarray]:
+    """The entry's samples, checked against its CRC-32; None when it is missing or damaged.
+
+    A damaged entry is reported and removed: its file is decoded again.
+    """
     path = self.entry_path(fingerprint)
     try:
-      samples = np.fromfile(path, "<f4")  # Written whole and renamed: if it exists it is complete.
+      raw = np.fromfile(path, np.uint8)  # Written whole and renamed: if it exists it is complete.
     except FileNotFoundError:
+      return None
+    samples = entry_samples(fingerprint, raw)
+    if samples is None:
+      logging.warning("audioclf: the cached entry %s fails its checksum: decoding its file "
+                      "again", path)
+      if self.writable:
+        _remove(path)
       return None
     _touch(path)
     return samples
@@ -316,8 +413,11 @@ class Store:
     if not self.writable:
       return
     path = self.entry_path(fingerprint)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    atomic_write(path, np.ascontiguousarray(samples, dtype="<f4").tobytes())
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      atomic_write(path, entry_bytes(fingerprint, samples))
+    except OSError as e:
+      raise CacheWriteError.wrap(e, self.cache_dir) from e
 
   def write_split(self, base: str, fingerprints: Sequence[str],
                   source: Callable[[int, str], np.ndarray]) -> Split:
@@ -334,8 +434,15 @@ class Store:
       The written split, opened.
 
     Raises:
-      OSError: a write failed (full disk, ...): nothing of it is left behind.
+      CacheWriteError: a write failed (full disk, ...): nothing of it is left behind.
     """
+    try:
+      return self._write_split(base, fingerprints, source)
+    except OSError as e:
+      raise CacheWriteError.wrap(e, self.cache_dir) from e
+
+  def _write_split(self, base: str, fingerprints: Sequence[str],
+                   source: Callable[[int, str], np.ndarray]) -> Split:
     # A split of canonical PCM16 WAVs (Speech Commands is one) keeps its int16
     # words: half the bytes of float32, exact. The first other file found
     # switches the split to float32.
@@ -448,10 +555,9 @@ class Store:
       base = os.path.join(self.splits_dir, name[:-len(".keys.npy")])
       if not os.path.exists(base + ".json"):
         continue  # Not complete: its data may be half-written.
-      try:
-        fps = np.load(base + ".keys.npy", allow_pickle=False)
-      except (OSError, ValueError):
-        continue
+      fps = _load_keys(base)
+      if fps is None or not split_keys_match(base, fps):
+        continue  # Damaged: its rows may not hold the clips these keys name.
       for row, fp in enumerate(fps.tolist()):
         found[fp] = (base, row)
     return found
@@ -492,37 +598,71 @@ def info(store: Store) -> dict:
 
 
 def verify(cache_dir: Optional[str]) -> dict:
-  """Checks every byte of every complete split under `cache_dir`; a damaged one loses its marker.
+  """Checks every byte of every complete split and every entry under `cache_dir`.
+
+  A damaged split loses its marker and a damaged entry its file: the next
+  run fills them again. Folders of another format version are not read.
 
   Returns:
-    {"splits": n, "damaged": [split base, ...], "bytes": n, "seconds": s}.
+    {"splits": n, "damaged": [split base, ...], "entries": n,
+     "damaged_entries": [entry path, ...], "bytes": n, "seconds": s}.
   """
   root = cache_dir or keys_lib.default_cache_dir()
-  report = {"splits": 0, "damaged": [], "bytes": 0}
+  report = {"splits": 0, "damaged": [], "entries": 0, "damaged_entries": [], "bytes": 0}
   fingerprints = keys_lib.Fingerprints()
   start = time.perf_counter()
   for folder in (os.scandir(root) if os.path.isdir(root) else ()):
-    splits = os.path.join(folder.path, "splits")
-    if not folder.is_dir() or not os.path.isdir(splits):
-      continue
-    for name in sorted(os.listdir(splits)):
-      if not name.endswith(".json"):
-        continue
-      base = os.path.join(splits, name[:-len(".json")])
-      report["splits"] += 1
-      try:
-        with open(base + ".json", "rb") as f:
-          split = check_files(base, f.read(), None)
-        bad = split.damaged_rows()
-        if bad:
-          raise DamagedSplitError(f"{len(bad)} clips fail their checksums (rows {bad[:5]})")
-        fingerprints.remember_checked(split.data_path)
-        report["bytes"] += split.samples * np.dtype(split.dtype).itemsize
-      except (DamagedSplitError, OSError) as e:
-        report["damaged"].append(base)
-        _report_damaged(base, str(e))
+    if folder.is_dir():
+      _verify_splits(os.path.join(folder.path, "splits"), report, fingerprints)
+      _verify_entries(os.path.join(folder.path, "entries"), report)
   report["seconds"] = round(time.perf_counter() - start, 3)
   return report
+
+
+def _verify_splits(splits: str, report: dict, fingerprints: keys_lib.Fingerprints) -> None:
+  for name in sorted(os.listdir(splits)) if os.path.isdir(splits) else ():
+    if not name.endswith(".json"):
+      continue
+    base = os.path.join(splits, name[:-len(".json")])
+    report["splits"] += 1
+    try:
+      with open(base + ".json", "rb") as f:
+        split = check_files(base, f.read(), None)  # Marker, sizes, index and keys.
+      bad = split.damaged_rows()
+      if bad:
+        raise DamagedSplitError(f"{len(bad)} clips fail their checksums (rows {bad[:5]})")
+      fingerprints.remember_checked(split.data_path)
+      report["bytes"] += split.samples * np.dtype(split.dtype).itemsize
+    except (DamagedSplitError, OSError) as e:
+      report["damaged"].append(base)
+      _report_damaged(base, str(e))
+
+
+def _verify_entries(entries: str, report: dict) -> None:
+  for dirpath, _, names in os.walk(entries):
+    for name in sorted(names):
+      if not name.endswith(".f32"):
+        continue  # A writer's temporary file: not trusted by anyone yet.
+      path = os.path.join(dirpath, name)
+      try:
+        raw = np.fromfile(path, np.uint8)
+      except FileNotFoundError:
+        continue  # Its split was written meanwhile, which dropped it.
+      except OSError as e:
+        raw, reason = None, f"it cannot be read ({e.strerror})"
+      else:
+        reason = "it fails its checksum"
+      report["entries"] += 1
+      if raw is not None and entry_samples(name[:-len(".f32")], raw) is not None:
+        report["bytes"] += raw.size
+        continue
+      report["damaged_entries"].append(path)
+      logging.warning("audioclf: the cached entry %s is damaged (%s): it is removed, and its "
+                      "file will be decoded again", path, reason)
+      try:
+        _remove(path)
+      except OSError:
+        pass  # A read-only cache: reported, and every reader checks it anyway.
 
 
 def prune(cache_dir: Optional[str], days: float) -> dict:
