@@ -1,5 +1,6 @@
 """Commands end an error a user can fix with one line, `audioclf: error: ...`, and exit status 1."""
 
+import json
 import os
 import re
 import subprocess
@@ -120,3 +121,25 @@ def test_a_bad_file_found_while_training_ends_in_one_line_naming_it(tmp_path, en
       f"--engine={engine}", "--on_bad_file=fail", "--train_steps=2", "--batch_size=2", "--model_args=width=4")
   assert_one_error_line(returncode, stderr,
                         f"bad audio file {bad!r}: Error : flac decoder lost sync.")
+
+
+@pytest.mark.slow
+def test_a_run_that_ends_before_reading_every_file_says_its_check_is_incomplete(tmp_path):
+  from conftest import write_tone_dataset  # pylint: disable=g-import-not-at-top
+  # About 25 files to train on: more than one step and the batches read ahead of it.
+  data = write_tone_dataset(tmp_path / "data", per_label=12, ext="flac")
+
+  def train(steps, run):
+    proc = subprocess.run(
+        [sys.executable, "-m", "audioclf", "train", f"--data_dir={data}", f"--model_dir={run}",
+         f"--cache_dir={tmp_path / 'cache'}", f"--train_steps={steps}", "--batch_size=2",
+         "--width=4", "--validation_percent=30", "--testing_percent=0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+  metrics, stderr = train(1, tmp_path / "short")
+  assert metrics["all_train_files_read"] is False
+  assert "did not read were not checked" in stderr
+  metrics, stderr = train(14, tmp_path / "epoch")  # A whole epoch: every file read.
+  assert metrics["all_train_files_read"] is True and "not checked" not in stderr

@@ -217,6 +217,23 @@ def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
   return int(np.count_nonzero(cached.lengths > 0))
 
 
+def every_file_read(params: Params, manifest: Manifest, split: str = "train") -> Optional[bool]:
+  """Whether some pass has read every file of `split` (so a bad one would have been met).
+
+  The cache holds a split whole only once a pass decoded every file of it
+  (one that failed under on_bad_file="fail" leaves it unwritten); a run that
+  ended before its first epoch did leaves it unwritten too. Waits for this
+  process's writer of the split, if one is still at work. None where the
+  cache cannot be written: there is no record to tell.
+  """
+  store = store_lib.Store.for_params(params)
+  if not store.writable:
+    return None
+  base = store.split_base(store.fingerprints.of(manifest.files(split)))
+  store.wait_for_writers(base)
+  return store.complete(base)
+
+
 def _first_batch(seed_offset):
   if seed_offset is not None:
     return seed_offset

@@ -7,10 +7,13 @@ is the same from Python.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Optional
+
+from absl import logging
 
 from audioclf import engines
 from audioclf.data import manifest as manifest_lib
+from audioclf.data import pipeline
 from audioclf.distributed import cluster as cluster_lib
 from audioclf.model import best as best_lib
 from audioclf.model import model_dir as model_dir_lib
@@ -35,8 +38,10 @@ def train(params: Params) -> dict[str, Any]:
     spent waiting for input; None when no step ran), best ({"metric",
     "value", "step"} of the checkpoint --keep_best kept; None without it),
     stopped_early and stopped_at_step (early stopping's step, else None),
-    wall_seconds, model_dir. The validation and test metrics are the final
-    model's; `audioclf evaluate` gives the best one's.
+    wall_seconds, all_train_files_read (False where the run ended before
+    reading every training file, which were then not all checked; None where
+    the cache is read-only and cannot tell), model_dir. The validation and
+    test metrics are the final model's; `audioclf evaluate` gives the best one's.
 
   Raises:
     params.ParamError: an invalid value (an unknown engine or model among them).
@@ -76,6 +81,7 @@ def train(params: Params) -> dict[str, Any]:
       "stopped_early": result.stopped_at is not None,
       "stopped_at_step": result.stopped_at,
       "wall_seconds": round(time.perf_counter() - start, 1),
+      "all_train_files_read": _every_train_file_read(params, manifest),
       "model_dir": params.model_dir,
   }
   if task is not None:
@@ -84,3 +90,14 @@ def train(params: Params) -> dict[str, Any]:
   if chief:
     model_dir_lib.write_metrics(params.model_dir, metrics)
   return metrics
+
+
+def _every_train_file_read(params: Params, manifest: manifest_lib.Manifest) -> Optional[bool]:
+  """pipeline.every_file_read of the train split; says so when the answer is no."""
+  read = pipeline.every_file_read(params, manifest, "train")
+  if read is False:
+    logging.warning(
+        "audioclf: training ended before it read every file of the train split (its first "
+        "epoch): those it did not read were not checked, and a bad one among them went "
+        "unnoticed; `python -m audioclf cache` with the same flags reads and checks them all")
+  return read
