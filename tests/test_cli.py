@@ -15,7 +15,7 @@ from audioclf.commands import cli
 from audioclf.data import decode
 from audioclf.data import manifest
 from audioclf.model import model_dir
-from audioclf.params import ParamError
+from audioclf.params import ParamError, Params
 from conftest import tone
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,6 +85,18 @@ def test_a_bad_flag_or_source_ends_train_in_one_line(tmp_path, make, flag, line)
                                    flag.format(tmp=tmp_path))
   assert_one_error_line(returncode, stderr, line.format(tmp=tmp_path))
   assert not os.path.exists(tmp_path / "model")
+
+
+def test_a_batch_larger_than_the_split_ends_train_in_one_line(tmp_path):
+  from conftest import write_tone_dataset  # pylint: disable=g-import-not-at-top
+  data = write_tone_dataset(tmp_path / "data", per_label=4)
+  n = len(manifest.load(Params(data_dir=data, validation_percent=30, testing_percent=0))
+          .split("train"))
+  returncode, stderr = run_command("train", f"--data_dir={data}", f"--model_dir={tmp_path}/m",
+                                   f"--cache_dir={tmp_path}/cache", "--batch_size=1000",
+                                   "--validation_percent=30", "--testing_percent=0")
+  assert_one_error_line(returncode, stderr, f"--batch_size=1000: must be at most {n}, the "
+                        f"examples of the 'train' split of {data} ({n})")
 
 
 def test_the_traceback_is_there_on_request(tmp_path):

@@ -7,6 +7,7 @@ import tensorflow as tf
 import audioclf
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
+from audioclf.params import ParamError
 from conftest import write_tone_dataset
 
 
@@ -102,7 +103,8 @@ def _one_thread():
 
 def test_a_batch_larger_than_the_split_is_a_clear_error(params):
   n = len(manifest_lib.load(params).split("train"))
-  with pytest.raises(ValueError, match=f"batch_size {n + 1} is larger than the 'train' split"):
+  with pytest.raises(ParamError, match=rf"--batch_size={n + 1}: must be at most {n}, the "
+                     "examples of the 'train' split"):
     audioclf.input_fn(params.replace(batch_size=n + 1), "train")
   ds = audioclf.input_fn(params.replace(batch_size=n + 1), "eval", split="train")
   assert [int(y.shape[0]) for _, y in ds] == [n]  # Evaluation: one short batch, no repeat.

@@ -175,7 +175,7 @@ def define_cache_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     "what is damaged is removed, to be filled again.", flag_values=flag_values)
   flags.DEFINE_float("prune_days", None, "Instead of filling, delete the splits and entries "
                      "of every dataset under --cache_dir that no run has used for this many "
-                     "days.", flag_values=flag_values)
+                     "days.", lower_bound=0, flag_values=flag_values)
 
 
 def define_service_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -32,7 +32,7 @@ from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
 from audioclf.data.sampler import Sampler, split_tensor, window
-from audioclf.params import MODES, Params
+from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
@@ -75,7 +75,9 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
     int32 [batch]). Never an iterator: the Estimator and model.fit take it as is.
 
   Raises:
-    ValueError: unknown mode or split, or a training batch larger than the split.
+    ValueError: unknown mode or split.
+    params.ParamError: a training batch larger than the split, or a
+      --data_service run that cannot be served.
     manifest_lib.DataError: the data source is unusable, or the split is empty.
   """
   if mode not in MODES:
@@ -118,12 +120,11 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   if training and params.batch_size > sampler.epoch_size:
     # Batches run on across epochs: one larger than the split would repeat files within it.
     share = f" (shard {shard[0]} of {shard[1]}: {sampler.epoch_size})" if shard else ""
-    raise ValueError(f"batch_size {params.batch_size} is larger than the {split!r} split of "
-                     f"{source} ({len(examples)} files{share}); use a batch size of at most "
-                     f"{sampler.epoch_size}")
+    raise ParamError(f"--batch_size={params.batch_size}: must be at most {sampler.epoch_size}, "
+                     f"the examples of the {split!r} split of {source} ({len(examples)}{share})")
   if training and params.data_service:
     if silence is not None:
-      raise ValueError(f"--data_service={params.data_service} does not serve _silence_ clips "
+      raise ParamError(f"--data_service={params.data_service} does not serve _silence_ clips "
                        "(--silence_percent) yet: train without one of them")
     if cached is None:
       raise manifest_lib.DataError(
@@ -131,7 +132,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
           "names the split the service's workers serve by its cache; fill it first "
           "(python -m audioclf cache --flagfile=...)")
     if sampler.shard[1] > 1:
-      raise ValueError(f"--data_service={params.data_service} feeds one trainer; several "
+      raise ParamError(f"--data_service={params.data_service} feeds one trainer; several "
                        "(a multi-worker cluster) are not supported")
     if tf.executing_eagerly():  # The Estimator checks before it builds its graph.
       dataservice.check_workers(params, manifest, split)

@@ -522,8 +522,8 @@ class Store:
     try:
       with open(base + ".json", "rb") as f:
         raw = f.read()
-    except FileNotFoundError:
-      return None
+    except (FileNotFoundError, NotADirectoryError):
+      return None  # Not there (a --cache_dir that is a file holds nothing either).
     except OSError as e:
       return self._damaged(base, f"its marker cannot be read ({e.strerror})")
     try:
