@@ -42,7 +42,8 @@ class _Lines:
 
 
 def _start(*args):
-  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args, "--status_every_s=0.5"],
+  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args, "--status_every_s=0.5",
+                           "--allow_remote_clients"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return _Lines(proc)
 
@@ -82,7 +83,8 @@ def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_par
 
 def test_a_worker_needs_a_dispatcher(tone_params):
   run = subprocess.run([sys.executable, "-m", "audioclf", "service", "worker",
-                        f"--data_dir={tone_params.data_dir}"], capture_output=True, text=True,
+                        f"--data_dir={tone_params.data_dir}", "--allow_remote_clients"],
+                       capture_output=True, text=True,
                        timeout=120)
   assert run.returncode != 0 and "--dispatcher=host:port" in run.stderr
 
@@ -180,7 +182,8 @@ def test_sigterm_stops_a_server_between_its_status_lines():
   # Status every 60 s (the default): the signal must not wait for the next one.
   port = cluster.free_ports(1)[0]
   lines = _Lines(subprocess.Popen([sys.executable, "-m", "audioclf", "service", "dispatcher",
-                                   f"--port={port}"], stdout=subprocess.PIPE,
+                                   f"--port={port}", "--allow_remote_clients"],
+                                  stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True))
   try:
     lines.wait_for("listening")
@@ -213,3 +216,51 @@ def test_a_worker_whose_dispatcher_is_gone_still_stops(tone_params, tmp_path):
     for lines in (worker, dispatcher):
       if lines is not None and lines.proc.poll() is None:
         lines.proc.kill()
+
+
+def _listening(port):
+  """The local addresses (hex, as /proc/net/tcp* write them) that listen on `port` on this host."""
+  found = []
+  for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    try:
+      rows = open(table).read().splitlines()[1:]
+    except OSError:
+      continue
+    for row in rows:
+      local, state = row.split()[1], row.split()[3]
+      address, hex_port = local.rsplit(":", 1)
+      if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN.
+        found.append(address)
+  return found
+
+
+def test_neither_server_starts_unless_told_that_any_host_may_reach_it(tone_params, tmp_path):
+  port = cluster.free_ports(1)[0]
+  cache_dir = tmp_path / "cache"
+  for role, args in (("dispatcher", []), ("worker", [f"--dispatcher=127.0.0.1:{port}",
+                                                     f"--data_dir={tone_params.data_dir}",
+                                                     f"--cache_dir={cache_dir}"])):
+    run = subprocess.run([sys.executable, "-m", "audioclf", "service", role, f"--port={port}",
+                          *args], capture_output=True, text=True, timeout=120)
+    last = run.stderr.rstrip().splitlines()[-1]
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
+    assert last.startswith(f"audioclf: error: a tf.data service {role} starts only with "
+                           "--allow_remote_clients"), last
+    assert "no authentication" in last and "any file" in last
+  assert not _listening(port)
+  assert not cache_dir.exists()  # The worker refused before it filled anything.
+
+
+def test_a_server_says_whom_it_serves_and_listens_on_every_interface():
+  # What TensorFlow binds, whatever it is asked: the reason for the flag. Were
+  # a server ever to listen on loopback only, this fails, and the default can change.
+  port = cluster.free_ports(1)[0]
+  dispatcher = _start("dispatcher", f"--port={port}")
+  try:
+    dispatcher.wait_for("listening")
+    assert set(_listening(port)) <= {"00000000", "0" * 32} and _listening(port)
+  finally:
+    dispatcher.proc.send_signal(signal.SIGTERM)
+    _, stderr = dispatcher.proc.communicate(timeout=60)
+  assert "listens on every network interface (port " + str(port) + ") with no authentication" \
+      in stderr, stderr[-3000:]

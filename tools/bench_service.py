@@ -55,14 +55,16 @@ def examples_per_sec(ds, steps: int, step_s: float, batch_size: int) -> float:
 def service(flagfile: str, workers: int):
   """A dispatcher and `workers` workers on 127.0.0.1, as subprocesses; yields its address."""
   port, *ports = cluster.free_ports(1 + workers)
+  # Loopback here, but TensorFlow's servers listen on every interface: the flag says so.
   command = [sys.executable, "-m", "audioclf", "service"]
-  procs = [subprocess.Popen([*command, "dispatcher", f"--port={port}"],
+  procs = [subprocess.Popen([*command, "dispatcher", f"--port={port}", "--allow_remote_clients"],
                             stdout=subprocess.PIPE, text=True)]
   try:
     for worker_port in ports:
       procs.append(subprocess.Popen(
           [*command, "worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
-           "--worker_host=127.0.0.1", f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
+           "--worker_host=127.0.0.1", "--allow_remote_clients", f"--flagfile={flagfile}"],
+          stdout=subprocess.PIPE,
           text=True))
     for proc in procs[1:]:
       for line in proc.stdout:

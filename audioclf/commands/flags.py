@@ -191,6 +191,11 @@ def define_service_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       "(default: its host name).", flag_values=flag_values)
   flags.DEFINE_float("status_every_s", 60.0, "Seconds between status lines.", lower_bound=0.1,
                      flag_values=flag_values)
+  flags.DEFINE_bool("allow_remote_clients", False, "Start the server although anyone who can "
+                    "reach its port, from any host, can have the service's workers read any "
+                    "file they can read: TensorFlow's tf.data service listens on every network "
+                    "interface with no authentication. Required; use inside a private network "
+                    "only.", flag_values=flag_values)
 
 
 def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
