@@ -145,7 +145,7 @@ def test_a_run_that_ends_before_reading_every_file_says_its_check_is_incomplete(
     proc = subprocess.run(
         [sys.executable, "-m", "audioclf", "train", f"--data_dir={data}", f"--model_dir={run}",
          f"--cache_dir={tmp_path / 'cache'}", f"--train_steps={steps}", "--batch_size=2",
-         "--width=4", "--validation_percent=30", "--testing_percent=0"],
+         "--model_args=width=4", "--validation_percent=30", "--testing_percent=0"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr

@@ -233,7 +233,7 @@ def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_re
   data = write_tone_dataset(tmp_path / "flac", per_label=16, seconds=1.0, ext="flac")
   cache_dir = tmp_path / "cache"
   flags = [f"--data_dir={data}", f"--cache_dir={cache_dir}", f"--model_dir={tmp_path / 'run'}",
-           "--batch_size=4", "--train_steps=8", "--width=8", "--validation_percent=30",
+           "--batch_size=4", "--train_steps=8", "--model_args=width=8", "--validation_percent=30",
            "--testing_percent=0"]
   script = SLOW_DECODES + "from audioclf.commands import train\ntrain.run(['train', *__import__('sys').argv[1:]])\n"
   proc = subprocess.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE,
@@ -272,7 +272,7 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_cache(tmp_path, 
     cache_dir = os.path.join(full, "cache")
     returncode, stderr = run_command(
         "train", f"--data_dir={data}", f"--cache_dir={cache_dir}",
-        f"--model_dir={tmp_path / 'run'}", "--batch_size=4", "--train_steps=12", "--width=4",
+        f"--model_dir={tmp_path / 'run'}", "--batch_size=4", "--train_steps=12", "--model_args=width=4",
         "--validation_percent=30", "--testing_percent=0")
     assert_one_error_line(returncode, stderr, f"cannot write the cache in {cache_dir}: No space "
                           "left on device (free space there, or point --cache_dir at another disk)")

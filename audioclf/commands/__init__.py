@@ -8,16 +8,8 @@ can call from Python with the same effect, and `run(argv=None)`.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import Optional, Sequence
-
-# TensorFlow's C++ log holds, at its default level, an op warning for every
-# Python call that fails in a pipeline, each repeating a user error's
-# traceback ahead of its one line. Commands start quiet; TF_CPP_MIN_LOG_LEVEL=0
-# brings it all back. TensorFlow reads it once, when it loads: every command
-# module imports this package first.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Name -> what it does, in the order `python -m audioclf` lists them.
 COMMANDS = {

@@ -74,6 +74,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _say_trust_model(role: str, port) -> None:
+  from audioclf.distributed import servers  # pylint: disable=g-import-not-at-top
   print(servers.TRUST_MODEL.format(role=role, port=port), file=sys.stderr, flush=True)
 
 
