@@ -221,8 +221,9 @@ def test_ctrl_c_while_flac_files_decode_ends_the_process_at_once(tmp_path):
     outs = list(pool.map(one, range(3)))
   for out in outs:
     # Python ends an unhandled KeyboardInterrupt as killed by SIGINT: never an abort (-6).
-    assert out.returncode == -2 and "KeyboardInterrupt" in out.stderr, explain("Ctrl-C in a cold FLAC pass", out)
-    assert "terminate called" not in out.stderr, explain("Ctrl-C in a cold FLAC pass", out)
+    case = "Ctrl-C in a cold FLAC pass"
+    assert out.returncode == -2 and "KeyboardInterrupt" in out.stderr, explain(case, out)
+    assert "terminate called" not in out.stderr, explain(case, out)
   # Nothing half-written is taken as complete: the split was never finished.
   assert not glob.glob(str(tmp_path / "cache*" / "*" / "splits" / "*.json"))
   assert not glob.glob(str(tmp_path / "cache*" / "**" / "*.tmp"), recursive=True)
@@ -235,7 +236,11 @@ def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_re
   flags = [f"--data_dir={data}", f"--cache_dir={cache_dir}", f"--model_dir={tmp_path / 'run'}",
            "--batch_size=4", "--train_steps=8", "--model_args=width=8", "--validation_percent=30",
            "--testing_percent=0"]
-  script = SLOW_DECODES + "from audioclf.commands import train\ntrain.run(['train', *__import__('sys').argv[1:]])\n"
+  script = SLOW_DECODES + textwrap.dedent("""
+    import sys
+    from audioclf.commands import train
+    train.run(["train", *sys.argv[1:]])
+  """)
   proc = subprocess.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
   try:
@@ -272,8 +277,8 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_cache(tmp_path, 
     cache_dir = os.path.join(full, "cache")
     returncode, stderr = run_command(
         "train", f"--data_dir={data}", f"--cache_dir={cache_dir}",
-        f"--model_dir={tmp_path / 'run'}", "--batch_size=4", "--train_steps=12", "--model_args=width=4",
-        "--validation_percent=30", "--testing_percent=0")
+        f"--model_dir={tmp_path / 'run'}", "--batch_size=4", "--train_steps=12",
+        "--model_args=width=4", "--validation_percent=30", "--testing_percent=0")
     assert_one_error_line(returncode, stderr, f"cannot write the cache in {cache_dir}: No space "
                           "left on device (free space there, or point --cache_dir at another disk)")
     assert not glob.glob(os.path.join(full, "**", "*.tmp"), recursive=True)

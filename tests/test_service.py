@@ -42,8 +42,8 @@ class _Lines:
 
 
 def _start(*args):
-  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args, "--status_every_s=0.5",
-                           "--allow_remote_clients"],
+  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args,
+                           "--status_every_s=0.5", "--allow_remote_clients"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return _Lines(proc)
 
