@@ -24,6 +24,12 @@ BAD_AUDIO_IN_TF = ("Graph execution error:\n\nDetected at node PyFunc defined at
                    "\"/d/it's.flac\": Error : flac decoder lost sync.\nTraceback (most recent call "
                    "last):\n  File \"decode.py\", line 43\n\t [[{{node PyFunc}}]]")
 
+FULL_CACHE_IN_TF = ("Graph execution error:\n\nDetected at node PyFunc defined at (most recent "
+                    "call last):\n<stack traces unavailable>\nCacheWriteError: audioclf: cannot "
+                    "write the cache in /c: No space left on device (free space there, or point "
+                    "--cache_dir at another disk)\nTraceback (most recent call last):\n  File "
+                    "\"store.py\", line 75\n\t [[{{node PyFunc}}]]")
+
 
 @pytest.mark.parametrize("error, line", [
     (ParamError("--batch_size=0: must be >= 1"), "--batch_size=0: must be >= 1"),
@@ -36,6 +42,9 @@ BAD_AUDIO_IN_TF = ("Graph execution error:\n\nDetected at node PyFunc defined at
      "bad audio file \"/d/it's.flac\": Error : flac decoder lost sync."),
     (tf.errors.UnknownError(None, None, BAD_AUDIO_IN_TF),
      "bad audio file \"/d/it's.flac\": Error : flac decoder lost sync."),
+    (tf.errors.UnknownError(None, None, FULL_CACHE_IN_TF),
+     "cannot write the cache in /c: No space left on device (free space there, or point "
+     "--cache_dir at another disk)"),
     (tf.errors.InvalidArgumentError(None, None, "Incompatible shapes: [8] vs. [4]"), None),
     (ValueError("a bug"), None),
     (KeyError("val_loss"), None),

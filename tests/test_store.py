@@ -175,6 +175,22 @@ def test_verify_checks_every_entry_and_the_keys_of_every_split(tmp_path):
   assert store.verify(params.cache_dir)["damaged_entries"] == []
 
 
+def test_verify_leaves_the_folders_of_another_format_version_alone(tmp_path):
+  params = params_for(tmp_path, "flac")
+  eval_waveforms(params)
+  old = os.path.join(params.cache_dir, "an-older-decode-key")
+  shutil.copytree(store_lib.Store.for_params(params).root, old)
+  for marker in glob.glob(os.path.join(old, "splits", "*.json")):
+    write_marker(marker[:-len(".json")], {**json.load(open(marker)), "format": 4})
+  os.makedirs(os.path.join(old, "entries", "ab"))
+  np.zeros(100, "<f4").tofile(os.path.join(old, "entries", "ab", "ab" * 16 + ".f32"))  # No CRC.
+  before = sorted(glob.glob(os.path.join(old, "**", "*"), recursive=True))
+  report = store.verify(params.cache_dir)
+  assert report["other_formats"] == [old] and report["damaged"] == []
+  assert report["damaged_entries"] == [] and report["entries"] == 0
+  assert sorted(glob.glob(os.path.join(old, "**", "*"), recursive=True)) == before
+
+
 def test_a_split_with_swapped_keys_lends_no_clips_to_a_later_split(tmp_path):
   # A later split of the same files (an edited dataset) takes its clips from
   # complete splits by key: swapped keys would give two files each other's clips.

@@ -262,7 +262,7 @@ class Fill:
     # A new exception per call: this runs on several of tf.data's threads at once.
     e = self.error
     if isinstance(e, store_lib.CacheWriteError):
-      raise store_lib.CacheWriteError(e.errno, e.reason, e.cache_dir) from e
+      raise store_lib.CacheWriteError(e.strerror, e.errno) from e
     if isinstance(e, decode.BadAudioError):
       raise decode.BadAudioError(e.path, e.reason) from e
     reason = e or "the cache cannot be written"

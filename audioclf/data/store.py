@@ -80,32 +80,27 @@ class CacheWriteError(OSError):
   when raised inside the pipeline (`from_text` reads it back).
   """
 
-  def __init__(self, errno_: Optional[int], reason: str, cache_dir: str):
-    self.reason, self.cache_dir = reason, cache_dir
-    advice = ("free space there, or point --cache_dir at another disk"
-              if errno_ in (errno.ENOSPC, errno.EDQUOT) else "point --cache_dir elsewhere")
-    super().__init__(errno_, f"audioclf: cannot write the cache in {cache_dir}: {reason} "
-                             f"({advice})")
+  def __init__(self, message: str, errno_: Optional[int] = None):
+    super().__init__(errno_, message)
 
   def __str__(self) -> str:
     return self.strerror
 
   @classmethod
-  def wrap(cls, error: OSError, cache_dir: str) -> "CacheWriteError":
+  def of(cls, error: OSError, cache_dir: str) -> "CacheWriteError":
+    """`error`, raised while writing under `cache_dir`, as a CacheWriteError naming that folder."""
     if isinstance(error, cls):
       return error
-    return cls(error.errno, error.strerror or str(error), cache_dir)
+    advice = ("free space there, or point --cache_dir at another disk"
+              if error.errno in (errno.ENOSPC, errno.EDQUOT) else "point --cache_dir elsewhere")
+    return cls(f"audioclf: cannot write the cache in {cache_dir}: "
+               f"{error.strerror or error} ({advice})", error.errno)
 
   @classmethod
   def from_text(cls, text: str) -> Optional["CacheWriteError"]:
     """The first CacheWriteError whose text `text` holds (a TensorFlow error's message), or None."""
     match = _CACHE_WRITE_ERROR.search(text)
-    if match is None:
-      return None
-    error = cls(None, "", "")
-    error.strerror = match.group(0)  # The whole line, as it was raised.
-    error.args = (None, error.strerror)
-    return error
+    return cls(match.group(0)) if match else None
 
 
 _CACHE_WRITE_ERROR = re.compile(r"audioclf: cannot write the cache in .*")
@@ -417,7 +412,7 @@ class Store:
       os.makedirs(os.path.dirname(path), exist_ok=True)
       atomic_write(path, entry_bytes(fingerprint, samples))
     except OSError as e:
-      raise CacheWriteError.wrap(e, self.cache_dir) from e
+      raise CacheWriteError.of(e, self.cache_dir) from e
 
   def write_split(self, base: str, fingerprints: Sequence[str],
                   source: Callable[[int, str], np.ndarray]) -> Split:
@@ -439,7 +434,7 @@ class Store:
     try:
       return self._write_split(base, fingerprints, source)
     except OSError as e:
-      raise CacheWriteError.wrap(e, self.cache_dir) from e
+      raise CacheWriteError.of(e, self.cache_dir) from e
 
   def _write_split(self, base: str, fingerprints: Sequence[str],
                    source: Callable[[int, str], np.ndarray]) -> Split:
@@ -601,22 +596,45 @@ def verify(cache_dir: Optional[str]) -> dict:
   """Checks every byte of every complete split and every entry under `cache_dir`.
 
   A damaged split loses its marker and a damaged entry its file: the next
-  run fills them again. Folders of another format version are not read.
+  run fills them again. A folder that another format version wrote (its
+  markers say so) is left as it is: this audioclf never reads it, and
+  `prune` removes it once unused.
 
   Returns:
     {"splits": n, "damaged": [split base, ...], "entries": n,
-     "damaged_entries": [entry path, ...], "bytes": n, "seconds": s}.
+     "damaged_entries": [entry path, ...], "other_formats": [folder, ...], "bytes": n,
+     "seconds": s}.
   """
   root = cache_dir or keys_lib.default_cache_dir()
-  report = {"splits": 0, "damaged": [], "entries": 0, "damaged_entries": [], "bytes": 0}
+  report = {"splits": 0, "damaged": [], "entries": 0, "damaged_entries": [],
+            "other_formats": [], "bytes": 0}
   fingerprints = keys_lib.Fingerprints()
   start = time.perf_counter()
   for folder in (os.scandir(root) if os.path.isdir(root) else ()):
-    if folder.is_dir():
-      _verify_splits(os.path.join(folder.path, "splits"), report, fingerprints)
-      _verify_entries(os.path.join(folder.path, "entries"), report)
+    if not folder.is_dir():
+      continue
+    splits = os.path.join(folder.path, "splits")
+    if _format_of(splits) not in (None, FORMAT):
+      report["other_formats"].append(folder.path)
+      continue
+    _verify_splits(splits, report, fingerprints)
+    _verify_entries(os.path.join(folder.path, "entries"), report)
   report["seconds"] = round(time.perf_counter() - start, 3)
   return report
+
+
+def _format_of(splits: str) -> Optional[int]:
+  """The format version a decode folder's markers give (one per folder: it is in the key)."""
+  for name in sorted(os.listdir(splits)) if os.path.isdir(splits) else ():
+    if name.endswith(".json"):
+      try:
+        with open(os.path.join(splits, name), "rb") as f:
+          marker = json.loads(f.read())
+      except (OSError, ValueError):
+        continue  # Damaged: the check of its split says so.
+      if isinstance(marker, dict) and marker.get("schema") == SCHEMA:
+        return marker.get("format")
+  return None
 
 
 def _verify_splits(splits: str, report: dict, fingerprints: keys_lib.Fingerprints) -> None:
