@@ -232,6 +232,53 @@ class Params:
       "training examples; default <data_dir>/_background_noise_ where it exists.",
       data=True)
 
+  # --- Augmentation after the cache: training only, each drawn per example by the sampler
+  # from (seed, batch number), in this order: voice, room, noise (above), gain, mixup.
+  speed_perturb: tuple[float, ...] = _field(
+      (1.0, 1.0), "Training: resample each example by a factor drawn from min,max (0.9,1.1 as "
+      "Kaldi's speed perturbation): tempo and pitch change together. 1,1 is off.",
+      Rule(gt=0, le=4, size=2, why="min,max factors; 1 keeps the speed"), data=True)
+  pitch_shift_semitones: tuple[float, ...] = _field(
+      (0.0, 0.0), "Training: shift each example's pitch by semitones drawn from min,max, tempo "
+      "kept (a phase vocoder, about as costly as the log-mel front end). 0,0 is off.",
+      Rule(ge=-12, le=12, size=2, why="min,max in semitones"), data=True)
+  tempo_perturb: tuple[float, ...] = _field(
+      (1.0, 1.0), "Training: stretch each example's tempo by a factor drawn from min,max, pitch "
+      "kept (the same phase vocoder). 1,1 is off.",
+      Rule(gt=0, le=4, size=2, why="min,max factors; 1 keeps the tempo"), data=True)
+  reverb_prob: float = _field(
+      0.0, "Training: chance of convolving an example with a room impulse response (--rir_dir, "
+      "else a synthetic one of a drawn --reverb_rt60).", Rule(ge=0, le=1), data=True)
+  rir_dir: Optional[str] = _field(
+      None, "Folder of room impulse responses (any format soundfile reads), decoded once into "
+      "the cache; unset: synthetic ones, exponentially decaying noise.", data=True)
+  reverb_rt60: tuple[float, ...] = _field(
+      (0.2, 0.8), "Training, synthetic impulse responses: reverberation time (60 dB decay) in "
+      "seconds: one value, or min,max of a uniform range. A direct path at equal energy "
+      "leads each tail.", Rule(gt=0, le=10, size=2, why="one time in seconds, or min,max"),
+      data=True)
+  gain_db: tuple[float, ...] = _field(
+      (0.0, 0.0), "Training: scale each example by a gain in dB drawn from min,max (after the "
+      "noise, so its SNR holds). 0,0 is off.", Rule(ge=-60, le=60, size=2, why="min,max in dB"),
+      data=True)
+  mixup_alpha: float = _field(
+      0.0, "Training: mixup (Zhang et al. 2018): each example mixed with another of its batch "
+      "by a weight drawn from Beta(alpha, alpha), and the labels with it (soft labels); 0 is "
+      "off, 0.2-0.4 is usual.", Rule(ge=0, le=10), data=True)
+
+  # --- Imbalance and label noise.
+  balanced_sampler: bool = _field(
+      False, "Training: draw every class equally often (each batch holds them evenly; within a "
+      "class, a new permutation of its clips each time they run out) instead of the split as "
+      "it is.", data=True)
+  class_weights: str = _field(
+      "none", "Weigh each example's loss by its class: none, or balanced (n / (classes x "
+      "count), scikit-learn's formula, from the training split's counts).",
+      Rule(choices=("none", "balanced")))
+  label_smoothing: float = _field(
+      0.0, "Train towards (1 - e) on the label and e / classes on every class.",
+      Rule(ge=0, lt=1))
+
   # --- Features (computed inside the model, so every path takes raw audio).
   n_mels: int = _field(40, "Mel bands of the log-mel front end.", Rule(ge=1))
   frame_ms: float = _field(30.0, "STFT window length in milliseconds.", Rule(gt=0))
@@ -239,6 +286,14 @@ class Params:
   fmin: float = _field(20.0, "Lowest mel frequency in Hz.", Rule(ge=0))
   fmax: float = _field(7600.0, "Highest mel frequency in Hz.", Rule(gt=0))
   spec_augment: bool = _field(True, "Mask random time and frequency bands while training.")
+  freq_masks: int = _field(2, "SpecAugment: frequency masks per example.", Rule(ge=0))
+  freq_mask_bins: Optional[int] = _field(
+      None, "SpecAugment: the widest frequency mask, in mel bands (default n_mels // 5).",
+      Rule(ge=0))
+  time_masks: int = _field(2, "SpecAugment: time masks per example.", Rule(ge=0))
+  time_mask_frames: Optional[int] = _field(
+      None, "SpecAugment: the widest time mask, in frames (default a tenth of the clip's).",
+      Rule(ge=0))
 
   # --- Model.
   model: str = _field(
@@ -413,7 +468,9 @@ def item_types() -> dict[str, type]:
 
 _TYPES = field_types()
 _ITEMS = item_types()
-_RANGES = {"noise_snr_db"}  # min,max: a single value v means v,v.
+# min,max: a single value v means v,v.
+_RANGES = {"noise_snr_db", "speed_perturb", "pitch_shift_semitones", "tempo_perturb",
+           "reverb_rt60", "gain_db"}
 
 
 def _as_tuple(value: Any, item: type, is_range: bool) -> Any:
@@ -456,9 +513,10 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if "learning_rate" in p.optimizer_args and p.optimizer != BUILDERS_OPTIMIZER:
     yield (f"--optimizer_args={p.optimizer_args.flag()}: give the learning rate as "
            "--learning_rate (optimizer_args may set it only with --optimizer=model)")
-  low, high = p.noise_snr_db
-  if low > high:
-    yield f"--noise_snr_db={flag_value(p.noise_snr_db)}: must be min,max with min <= max"
+  for name in sorted(_RANGES):
+    low, high = getattr(p, name)
+    if low > high:
+      yield f"--{name}={flag_value(getattr(p, name))}: must be min,max with min <= max"
   words = flag_value(p.wanted_words)
   if len(set(p.wanted_words)) != len(p.wanted_words):
     yield f"--wanted_words={words}: must not repeat a word"

@@ -307,7 +307,8 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
   it ahead of time (a data-prep machine, many tuner trials, a benchmark).
   The tuner, the benchmarks and `python -m audioclf cache` all call it. The
   background recordings (`Manifest.noise`) are filled too, as "noise", where
-  the params mix them in (noise_prob or silence_percent).
+  the params mix them in (noise_prob or silence_percent), and the impulse
+  responses of --rir_dir (`Manifest.rirs`), as "rir", where reverb_prob is set.
 
   Returns:
     {split: {"files": n, "kept": n, "decoded": n, "was_cached": bool}}.
@@ -323,6 +324,8 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
   groups = [(split, manifest.files(split)) for split in splits]
   if params.noise_prob > 0 or params.silence_percent > 0:
     groups.append(("noise", list(manifest.noise)))
+  if params.reverb_prob > 0:
+    groups.append(("rir", list(manifest.rirs)))
   for split, examples in groups:
     if not examples:
       continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import functools
@@ -63,6 +64,7 @@ class Manifest:
   examples: tuple[Example, ...]  # Each split's files, then its _silence_ clips.
   root: str  # Folder the data lives in (data_dir, or the CSV's folder).
   noise: tuple[Example, ...] = ()  # Background recordings to mix in (label "", split "train").
+  rirs: tuple[Example, ...] = ()  # Room impulse responses of --rir_dir (label "", split "train").
 
   def split(self, name: str) -> list[Example]:
     """The split's examples in input_fn's order: its files, then its virtual _silence_ clips."""
@@ -79,6 +81,11 @@ class Manifest:
 
   def counts(self) -> dict[str, int]:
     return {s: sum(e.split == s for e in self.examples) for s in SPLITS}
+
+  def label_counts(self, split: str) -> list[int]:
+    """How many examples of `split` each label has, by label id."""
+    counts = collections.Counter(e.label for e in self.split(split))
+    return [counts[label] for label in self.labels]
 
 
 def which_split(path: str, validation_percent: float, testing_percent: float) -> str:
@@ -139,7 +146,8 @@ def load(params: Params) -> Manifest:
   else:
     manifest = _from_folders(params)
   manifest = _classes(manifest, params)
-  manifest = dataclasses.replace(manifest, noise=tuple(_noise(manifest.root, params)))
+  manifest = dataclasses.replace(manifest, noise=tuple(_noise(manifest.root, params)),
+                                 rirs=tuple(_recordings(params.rir_dir, "rir_dir", params)))
   if not manifest.examples:
     raise DataError(f"no audio files found in {params.manifest or params.data_dir}")
   if len(manifest.labels) < 2:
@@ -200,19 +208,30 @@ def _noise(root: str, params: Params) -> list[Example]:
     DataError: --noise_dir is no folder or holds no audio file; a missing
       listed file under on_bad_file="fail".
   """
-  folder = params.noise_dir and os.path.abspath(params.noise_dir)
-  if folder and not os.path.isdir(folder):
-    raise DataError(f"noise_dir {params.noise_dir!r} does not exist or is not a folder")
-  folder = folder or os.path.join(root, NOISE_FOLDER)
-  if not os.path.isdir(folder):
+  if params.noise_dir:
+    return _recordings(params.noise_dir, "noise_dir", params)
+  folder = os.path.join(root, NOISE_FOLDER)
+  return _recordings(folder, "", params) if os.path.isdir(folder) else []
+
+
+def _recordings(folder: Optional[str], flag: str, params: Params) -> list[Example]:
+  """The audio files under `folder` (a --`flag` the user gave, or "" for a default), sorted.
+
+  Raises:
+    DataError: the flag's folder is no folder or holds no audio file; a
+      missing listed file under on_bad_file="fail".
+  """
+  if not folder:
     return []
+  if not os.path.isdir(folder):
+    raise DataError(f"{flag} {folder!r} does not exist or is not a folder")
   rows = []
-  for dirpath, dirnames, filenames in os.walk(folder):
+  for dirpath, dirnames, filenames in os.walk(os.path.abspath(folder)):
     dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
     rows += [(os.path.join(dirpath, name), "", "train", "") for name in sorted(filenames)
              if os.path.splitext(name)[1].lower() in AUDIO_EXTENSIONS]
-  if not rows and params.noise_dir:
-    raise DataError(f"noise_dir {params.noise_dir!r} holds no audio files")
+  if not rows and flag:
+    raise DataError(f"{flag} {folder!r} holds no audio files")
   return _stat_examples(rows, params)
 
 

@@ -1,4 +1,4 @@
-"""The background recordings training mixes in: decoded once into the cache, served as one tensor.
+"""Recordings decoded once into the cache and served as one tensor: background noise, impulse responses.
 
 Speech Commands ships minutes of noise in `_background_noise_/`; the
 manifest lists those recordings (`Manifest.noise`: --noise_dir, else
@@ -7,7 +7,8 @@ like any clips: each decoded once (by content key, bad files under the
 on_bad_file policy), checked on open, and read memory-mapped, so a training
 step never opens a file. `Recordings.excerpts` cuts windows out of them where
 the sampler's draws say (`Sampler.add_noise`); without recordings the sampler
-falls back to white noise.
+falls back to white noise. Room impulse responses (--rir_dir) are
+recordings too, cached the same way as a split of their own (audioclf.data.rir).
 """
 
 from __future__ import annotations
@@ -29,12 +30,27 @@ class Recordings:
   """The usable recordings as one tensor of samples, with each one's offset and length in it."""
 
   def __init__(self, source: tf.Tensor, offsets: np.ndarray, lengths: np.ndarray,
-               scale: Optional[float], rms: np.ndarray):
+               scale: Optional[float], rms: np.ndarray, peaks: Optional[np.ndarray] = None):
     self.source, self.scale = source, scale
     self.offsets = tf.constant(offsets, tf.int64)
     self.lengths = tf.constant(lengths, tf.int64)
     self._rms = tf.constant(np.maximum(rms, 1e-6), tf.float32)  # Digital silence mixes nothing.
     self.count = len(lengths)
+    self.longest = int(np.max(lengths)) if len(lengths) else 0
+    # Each recording's loudest sample (an impulse response's direct path), from its start.
+    self._arrays = (np.asarray(offsets, np.int64), np.asarray(lengths, np.int64),
+                    np.asarray(rms, np.float64),
+                    np.zeros(len(lengths), np.int64) if peaks is None else np.asarray(peaks))
+
+  def from_peaks(self, most: int) -> "Recordings":
+    """The same recordings, each from its loudest sample on and at most `most` samples long.
+
+    What an impulse response is convolved with: its direct path at tap 0, so
+    the reverberant clip is not delayed by the response's lead-in.
+    """
+    offsets, lengths, rms, peaks = self._arrays
+    return Recordings(self.source, offsets + peaks, np.minimum(lengths - peaks, most),
+                      self.scale, rms)
 
   def _pick(self, which: tf.Tensor) -> tf.Tensor:
     return tf.minimum(tf.cast(which * self.count, tf.int64), self.count - 1)
@@ -44,38 +60,44 @@ class Recordings:
     return tf.gather(self._rms, self._pick(which))
 
   @classmethod
-  def load(cls, params: Params, examples: Sequence[Example]) -> Optional["Recordings"]:
+  def load(cls, params: Params, examples: Sequence[Example], name: str = "noise",
+           ) -> Optional["Recordings"]:
     """The recordings of `examples` from the cache (filled first if need be); None without any.
 
     A recording skipped as bad (on_bad_file="skip") is left out, with a
-    warning; when none is left, the sampler mixes white noise instead.
+    warning; when none is left, the sampler falls back to what it draws
+    itself (white noise; synthetic impulse responses). `name` is the cache
+    split's ("noise", "rir").
     """
     if not examples:
       return None
     store = store_lib.Store.for_params(params)
     store.prepare()
-    split, job = fill_lib.fill_examples(store, examples, params, name="noise",
+    split, job = fill_lib.fill_examples(store, examples, params, name=name,
                                         read_only_decode=False)
     if split is not None:
       keep = np.flatnonzero(split.lengths > 0)
       offsets, lengths = split.offsets[keep], split.lengths[keep]
       source, scale = split_tensor(split)
-      rms = np.array([_rms(split.raw(i)) for i in keep]) * (scale or 1.0)
+      clips = [split.raw(i) for i in keep]
     else:  # A read-only cache: decoded in memory, once per process.
-      clips = [job.decode(row) for row in range(len(examples))]
-      keep = np.flatnonzero([len(c) > 0 for c in clips])
-      lengths = np.array([len(clips[i]) for i in keep], np.int64)
+      decoded = [job.decode(row) for row in range(len(examples))]
+      keep = np.flatnonzero([len(c) > 0 for c in decoded])
+      clips = [decoded[i] for i in keep]
+      lengths = np.array([len(c) for c in clips], np.int64)
       offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-      source = tf.constant(np.concatenate([clips[i] for i in keep] or [np.zeros(0, np.float32)]))
+      source = tf.constant(np.concatenate(clips or [np.zeros(0, np.float32)]))
       scale = None
-      rms = np.array([_rms(clips[i]) for i in keep])
+    what = _WHAT[name]
     if len(keep) < len(examples):
-      logging.warning("audioclf: %d of %d background recordings were skipped as bad",
-                      len(examples) - len(keep), len(examples))
+      logging.warning("audioclf: %d of %d %s were skipped as bad", len(examples) - len(keep),
+                      len(examples), what[0])
     if not len(keep):
-      logging.warning("audioclf: no usable background recording: mixing white noise instead")
+      logging.warning("audioclf: no usable %s: %s instead", what[1], what[2])
       return None
-    return cls(source, offsets, lengths, scale, rms)
+    rms = np.array([_rms(c) for c in clips]) * (scale or 1.0)
+    peaks = np.array([np.argmax(np.abs(c)) for c in clips], np.int64)
+    return cls(source, offsets, lengths, scale, rms, peaks)
 
   def excerpts(self, which: tf.Tensor, where: tf.Tensor, n: int) -> tf.Tensor:
     """float32 [len(which), n]: an excerpt of recording floor(which * count) for each draw.
@@ -95,6 +117,11 @@ class Recordings:
                         fn_output_signature=self.source.dtype)
     samples = tf.cast(samples, tf.float32)
     return samples * self.scale if self.scale is not None else samples
+
+
+# Split name -> (what its files are, one of them, what the sampler does without any).
+_WHAT = {"noise": ("background recordings", "background recording", "mixing white noise"),
+         "rir": ("impulse responses", "impulse response", "synthetic ones")}
 
 
 def _rms(samples: np.ndarray) -> float:

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from audioclf.data import decode, exit_guard, noise
+from audioclf.data import decode, exit_guard, noise, rir
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
@@ -72,7 +72,9 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
 
   Returns:
     A tf.data.Dataset of ({"waveform": float32 [batch, clip_samples]},
-    int32 [batch]). Never an iterator: the Estimator and model.fit take it as is.
+    int32 [batch]), or in training with mixup, soft labels float32 [batch,
+    classes] (`element_spec`). Never an iterator: the Estimator and model.fit
+    take it as is.
 
   Raises:
     ValueError: unknown mode or split.
@@ -104,6 +106,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   base = store.split_base(fingerprints)
   cached = store.open(base, len(files))
   mixes_noise = manifest.noise and ((training and params.noise_prob > 0) or silence is not None)
+  reverberates = manifest.rirs and training and params.reverb_prob > 0
   reuse = None
   if (cached is not None and not params.data_service and isinstance(first_batch, int)
       and tf.executing_eagerly()):  # A graph's dataset belongs to that graph.
@@ -111,12 +114,15 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
     # loop of fits): reuse the one built, which saves its construction.
     reuse = (params.data_key(), mode, split, first_batch, shard, native_read, base,
              cached.identity, labels.tobytes(),
-             tuple(store.fingerprints.of(manifest.noise)) if mixes_noise else ())
+             tuple(store.fingerprints.of(manifest.noise)) if mixes_noise else (),
+             tuple(store.fingerprints.of(manifest.rirs)) if reverberates else ())
     ds = _BUILT.get(reuse)
     if ds is not None:
       return ds
   recordings = noise.Recordings.load(params, manifest.noise) if mixes_noise else None
-  sampler = Sampler(params, len(examples), shard, recordings, silence)
+  sampler = Sampler(params, len(examples), shard, recordings, silence, labels=labels,
+                    num_classes=len(manifest.labels),
+                    rirs=rir.load(params, manifest.rirs) if reverberates else None)
   if training and params.batch_size > sampler.epoch_size:
     # Batches run on across epochs: one larger than the split would repeat files within it.
     share = f" (shard {shard[0]} of {shard[1]}: {sampler.epoch_size})" if shard else ""
@@ -155,6 +161,15 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   if reuse is not None:
     _BUILT.put(reuse, ds)
   return ds
+
+
+def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
+  """The structure of input_fn(params, mode)'s batches, of any batch size."""
+  if mode == "train" and params.mixup_alpha:
+    labels = tf.TensorSpec([None, num_classes], tf.float32)
+  else:
+    labels = tf.TensorSpec([None], tf.int32)
+  return {"waveform": tf.TensorSpec([None, params.clip_samples], tf.float32)}, labels
 
 
 class _Recent:
@@ -260,7 +275,8 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
   """Batches of (window, label) examples as input_fn returns them, in one map after the batch.
 
   `scale` turns int16 windows into float32 (one cast and multiply per batch);
-  noise is keyed by the batch's number, counted from `first_batch`.
+  the augmentations (`Sampler.augment`) are keyed by the batch's number,
+  counted from `first_batch`: after the cache, a batch at a time.
   """
   if not batched:
     ds = ds.batch(params.batch_size, drop_remainder=training)
@@ -269,10 +285,10 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
     if scale is not None:
       w = tf.cast(w, tf.float32) * scale
     if k is not None:
-      w = sampler.add_noise(w, y, k, training)
+      w, y = sampler.augment(w, y, k, training)
     return {"waveform": w}, y
 
-  if sampler.mixes(training):
+  if sampler.augments(training):
     ds = ds.enumerate(start=tf.cast(first_batch, tf.int64))
     return ds.map(lambda k, batch: features(*batch, k), num_parallel_calls=AUTOTUNE)
   return ds.map(features, num_parallel_calls=AUTOTUNE)

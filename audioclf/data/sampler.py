@@ -6,12 +6,17 @@ position g % n, and reads row `index_shuffle(g % n, (seed, epoch))` of the
 split: a fresh permutation every epoch, computed per index as Grain's
 samplers do (`tf.random.experimental.index_shuffle`), so nothing bigger than
 a batch of numbers is ever held, and example g can be computed without
-0 .. g-1. The draws of batch k (each window's offset and time shift; the
-noise choice, level and samples) are keyed by (seed, k), so those of example
-g are a pure function of (seed, g) for a given batch size. A batch is a pure
-function of (seeds, k, the cached clips): the cold pass (which meets examples
-one by one, `example`), the warm cut (a batch at a time, `batch`), a resume
-at step k and any parallelism give the same bits.
+0 .. g-1. With --balanced_sampler, example g is of class g % C instead (C
+the classes the split has, so every batch holds them evenly), and its row is
+the next one of that class's own permutation, a new one each time the class
+runs out: a pure function of (seed, g) too. The draws of batch k (each
+window's offset and time shift; the augmentations: speed, pitch and tempo,
+reverberation, noise, gain and mixup, `augment`) are keyed by (seed, k), so
+those of example g are a pure function of (seed, g) for a given batch size.
+A batch is a pure function of (seeds, k, the cached clips and recordings):
+the cold pass (which meets examples one by one, `example`), the warm cut (a
+batch at a time, `batch`), a resume at step k and any parallelism give the
+same bits.
 
 Evaluation reads rows 0 .. n-1 in order and takes each clip's centre window,
 as predict does (`center_start`). Its only noise is that of the _silence_
@@ -27,10 +32,14 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
+from audioclf.data import augment as augment_lib
 from audioclf.data import store as store_lib
 from audioclf.params import Params
+
+_AUGMENT = 5  # The key stream of the augmentations' draws, each a sub-stream of its own.
 
 
 def center_start(length, n: int):
@@ -101,10 +110,20 @@ class Sampler:
   None for white noise; `silence_label` is the label id of the _silence_
   clips, which always get noise, at a gain drawn from [0, 1) of the
   recording's own level (as Speech Commands' recipe does), None without any.
+  `labels` (each row's label id) are what the balanced sampler draws by,
+  `num_classes` what mixup's soft labels span, and `rirs` (noise.Recordings
+  from audioclf.data.rir) the impulse responses of reverberation, None for
+  synthetic ones.
+
+  Raises:
+    ValueError: a shard out of range, or a balanced sampler without labels,
+      or mixup without num_classes.
   """
 
   def __init__(self, params: Params, n: int, shard: Optional[tuple[int, int]] = None,
-               recordings=None, silence_label: Optional[int] = None):
+               recordings=None, silence_label: Optional[int] = None, *,
+               labels: Optional[np.ndarray] = None, num_classes: Optional[int] = None,
+               rirs=None):
     index, count = self.shard = tuple(shard or (0, 1))
     if not 0 <= index < count:
       raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
@@ -118,10 +137,29 @@ class Sampler:
     self.seed = int(params.seed)
     self.noise_prob, self.snr_db = params.noise_prob, params.noise_snr_db
     self.recordings, self.silence_label = recordings, silence_label
+    self.sample_rate = params.sample_rate
+    self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
+    self.semitones = params.pitch_shift_semitones
+    self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
+    self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
+    self.num_classes = num_classes
+    if self.mixup_alpha and not num_classes:
+      raise ValueError("mixup needs num_classes: its labels are soft, one value per class")
+    self.classes = None
+    if params.balanced_sampler:
+      if labels is None:
+        raise ValueError("a balanced sampler needs each row's label")
+      self.classes = class_table(labels)
 
   def mixes(self, training: bool) -> bool:
     """Whether batches of this stream get noise (`add_noise`) at all."""
     return (training and self.noise_prob > 0) or self.silence_label is not None
+
+  def augments(self, training: bool) -> bool:
+    """Whether `augment` changes batches of this stream at all (else it need not run)."""
+    return self.mixes(training) or (training and (
+        self._voice_on() or self.reverb_prob > 0 or self.gain_db != (0.0, 0.0)
+        or self.mixup_alpha > 0))
 
   def batch(self, k) -> tuple[tf.Tensor, tf.Tensor]:
     """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
@@ -131,6 +169,8 @@ class Sampler:
     """
     k = tf.cast(k, tf.int64)
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
+    if self.classes is not None:
+      return self._balanced_row(g), self._uniform(k)
     epoch = g // self.epoch_size
     # A batch no larger than an epoch spans at most two of them.
     rows = tf.where(tf.equal(epoch, epoch[0]), self._row(g, epoch[0]), self._row(g, epoch[0] + 1))
@@ -139,8 +179,8 @@ class Sampler:
   def example(self, g) -> tuple[tf.Tensor, tf.Tensor]:
     """Training example g alone (a scalar): what `batch(g // B)` gives it, bit for bit."""
     g = tf.cast(g, tf.int64)
-    return (self._row(g, g // self.epoch_size),
-            self._uniform(g // self.batch_size)[g % self.batch_size])
+    row = self._balanced_row(g) if self.classes is not None else self._row(g, g // self.epoch_size)
+    return row, self._uniform(g // self.batch_size)[g % self.batch_size]
 
   def eval_rows(self) -> range:
     """Evaluation's rows, in order: this shard's share."""
@@ -152,6 +192,27 @@ class Sampler:
     position = index + (g % self.epoch_size) * count  # In the whole epoch's permutation.
     return tf.random.experimental.index_shuffle(
         position, tf.stack([tf.constant(self.order_seed, tf.int64), epoch]), self.n - 1)
+
+  def _balanced_row(self, g):
+    """The row of example(s) g of the balanced stream: class g % C, that class's next clip.
+
+    Of a shard (index, count), example g is its class's occurrence
+    (g // C) * count + index: the shards share each class's permutations.
+    """
+    rows, starts, sizes = (tf.constant(a, tf.int64) for a in self.classes)
+    classes = len(self.classes[2])
+    index, count = self.shard
+    slot = g % classes
+    occurrence = (g // classes) * count + index
+    size = tf.gather(sizes, slot)
+    # One permutation per (seed, class, round through the class). The raw op:
+    # index_shuffle's wrapper pads a batch of seeds [n, 2] along the wrong
+    # axis (TF 2.15 and 2.21), and the op takes all three numbers anyway.
+    seed = tf.stack([tf.fill(tf.shape(g), tf.constant(self.order_seed, tf.int64)), slot,
+                     occurrence // size], axis=-1)
+    position = tf.raw_ops.RandomIndexShuffle(index=occurrence % size, seed=seed,
+                                             max_index=size - 1, rounds=4)
+    return tf.gather(rows, tf.gather(starts, slot) + position)
 
   def _uniform(self, k):
     return tf.random.stateless_uniform([self.batch_size], self._key(0, k), dtype=tf.float64)
@@ -192,8 +253,106 @@ class Sampler:
     scale = tf.where(silence, tf.cast(gain, tf.float32), rms / (noise_rms * 10.0 ** (snr_db / 20.0)))
     return waves + (scale * tf.cast(chosen, tf.float32))[:, None] * noise
 
-  def _key(self, stream: int, k: tf.Tensor) -> tf.Tensor:
+  def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
+    """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
+
+    In the order sound reaches a microphone: the voice (speed, pitch and
+    tempo), the room (reverberation), the background (`add_noise`, at an SNR
+    against the reverberant voice), the level (gain, after the noise so its
+    SNR holds), then mixup, which mixes finished examples and their labels
+    (soft labels). Evaluation gets only the noise of _silence_
+    clips. An augmentation that is off adds no op to the graph.
+    """
+    k = tf.cast(k, tf.int64)
+    if training:
+      waves = self._reverb(self._voice(waves, k), k)
+    if self.mixes(training):
+      waves = self.add_noise(waves, labels, k, training)
+    if training:
+      waves = self._gain(waves, k)
+      waves, labels = self._mixup(waves, labels, k)
+    return waves, labels
+
+  def _voice_on(self) -> bool:
+    return self.speed != (1.0, 1.0) or self._vocoder_on()
+
+  def _vocoder_on(self) -> bool:
+    return self.semitones != (0.0, 0.0) or self.tempo != (1.0, 1.0)
+
+  def _draws(self, sub: int, k, rows: int, size) -> list[tf.Tensor]:
+    """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from sub-stream `sub`."""
+    return tf.unstack(tf.random.stateless_uniform(tf.concat([[rows], size], 0),
+                                                  self._key(_AUGMENT, k, sub)), num=rows)
+
+  def _voice(self, waves, k):
+    """Speed (resampling: tempo and pitch), then pitch and tempo apart (a phase vocoder)."""
+    if not self._voice_on():
+      return waves
+    speed, semitones, tempo = self._draws(0, k, 3, tf.shape(waves)[:1])
+    pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
+    if self._vocoder_on():
+      # Stretch by tempo / pitch, then resample by pitch: the pitch moves, the tempo is kept.
+      waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
+                                  augment_lib.vocoder_frame(self.sample_rate))
+    if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
+      return waves
+    return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
+
+  def _reverb(self, waves, k):
+    """With chance reverb_prob, an example convolved with an impulse response (recorded or drawn)."""
+    if not self.reverb_prob:
+      return waves
+    size = tf.shape(waves)[:1]
+    pick, which, rt60 = self._draws(1, k, 3, size)
+    if self.rirs is not None:
+      rirs = self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
+    else:
+      taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
+      noise = tf.random.stateless_normal(tf.concat([size, [taps]], 0), self._key(_AUGMENT, k, 2))
+      rirs = augment_lib.synthetic_rirs(tf.ensure_shape(noise, [None, taps]),
+                                        _between(self.rt60, rt60), self.sample_rate)
+    wet = augment_lib.reverberate(waves, rirs)
+    return tf.where((pick < self.reverb_prob)[:, None], wet, waves)
+
+  def _gain(self, waves, k):
+    if self.gain_db == (0.0, 0.0):
+      return waves
+    return augment_lib.gain(waves, _between(self.gain_db, self._draws(3, k, 1,
+                                                                     tf.shape(waves)[:1])[0]))
+
+  def _mixup(self, waves, labels, k):
+    """Each example mixed with a partner of its batch (a drawn permutation), by Beta(a, a)."""
+    if not self.mixup_alpha:
+      return waves, labels
+    size = tf.shape(waves)[:1]
+    partners = tf.argsort(self._draws(4, k, 1, size)[0])
+    # Beta(a, a) as the ratio of two Gamma(a) draws: one op each, keyed like every draw.
+    a, b = (tf.random.stateless_gamma(size, self._key(_AUGMENT, k, sub), alpha=self.mixup_alpha)
+            for sub in (5, 6))
+    weights = tf.math.divide_no_nan(a, a + b)
+    return augment_lib.mixup(waves, tf.one_hot(labels, self.num_classes), partners, weights)
+
+  def _key(self, stream: int, k: tf.Tensor, sub: Optional[int] = None) -> tf.Tensor:
     # Streams apart by a large stride, shards by k: each draw has its own keys.
+    # A stream's sub-streams (the augmentations', at most 8) apart by k's low bits.
     index, count = self.shard
-    return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64), k * count + index])
+    at = k * count + index
+    return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
+                     at if sub is None else at * 8 + sub])
+
+
+def _between(bounds: tuple[float, float], u: tf.Tensor) -> tf.Tensor:
+  """u in [0, 1) mapped uniformly onto [low, high]."""
+  low, high = bounds
+  return low + u * (high - low)
+
+
+def class_table(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(rows grouped by class, each class's first position in them, its size), classes present only."""
+  labels = np.asarray(labels)
+  order = np.argsort(labels, kind="stable")
+  order = order[labels[order] >= 0]
+  _, sizes = np.unique(labels[order], return_counts=True)
+  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+  return order.astype(np.int64), starts.astype(np.int64), sizes.astype(np.int64)
 
