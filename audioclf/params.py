@@ -246,6 +246,10 @@ class Params:
       (1.0, 1.0), "Training: stretch each example's tempo by a factor drawn from min,max, pitch "
       "kept (the same phase vocoder). 1,1 is off.",
       Rule(gt=0, le=4, size=2, why="min,max factors; 1 keeps the tempo"), data=True)
+  pitch_tempo_prob: float = _field(
+      1.0, "Training, with --pitch_shift_semitones or --tempo_perturb: chance that an example "
+      "goes through the phase vocoder (0.4-0.7 ms of CPU per second of audio: the costliest "
+      "augmentation; the others take its factors as 1).", Rule(ge=0, le=1), data=True)
   reverb_prob: float = _field(
       0.0, "Training: chance of convolving an example with a room impulse response (--rir_dir, "
       "else a synthetic one of a drawn --reverb_rt60).", Rule(ge=0, le=1), data=True)

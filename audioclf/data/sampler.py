@@ -139,7 +139,7 @@ class Sampler:
     self.recordings, self.silence_label = recordings, silence_label
     self.sample_rate = params.sample_rate
     self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
-    self.semitones = params.pitch_shift_semitones
+    self.semitones, self.vocoder_prob = params.pitch_shift_semitones, params.pitch_tempo_prob
     self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
     self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
     self.num_classes = num_classes
@@ -285,34 +285,60 @@ class Sampler:
                                                   self._key(_AUGMENT, k, sub)), num=rows)
 
   def _voice(self, waves, k):
-    """Speed (resampling: tempo and pitch), then pitch and tempo apart (a phase vocoder)."""
+    """Speed (resampling: tempo and pitch), and pitch and tempo apart (a phase vocoder).
+
+    One stretch and one resampling: stretched by tempo / pitch (the tempo
+    moves, the pitch stays), then resampled by speed x pitch, an example's
+    tempo moves by speed x tempo and its pitch by speed x pitch. Only the
+    examples chosen for the vocoder (pitch_tempo_prob) go through it; the
+    others take pitch and tempo 1.
+    """
     if not self._voice_on():
       return waves
-    speed, semitones, tempo = self._draws(0, k, 3, tf.shape(waves)[:1])
+    speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
     if self._vocoder_on():
-      # Stretch by tempo / pitch, then resample by pitch: the pitch moves, the tempo is kept.
-      waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
-                                  augment_lib.vocoder_frame(self.sample_rate))
+      chosen = pick < self.vocoder_prob
+      pitch = tf.where(chosen, pitch, 1.0)
+      waves = self._stretch(waves, tf.where(chosen)[:, 0], _between(self.tempo, tempo) / pitch)
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
       return waves
     return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
 
+  def _stretch(self, waves, chosen, rates):
+    """The `chosen` examples of the batch stretched by their `rates` (augment.stretch)."""
+    frame = augment_lib.vocoder_frame(self.sample_rate)
+    if self.vocoder_prob >= 1.0:
+      return augment_lib.stretch(waves, rates, frame)
+    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
+        waves, chosen[:, None], augment_lib.stretch(tf.gather(waves, chosen),
+                                                    tf.gather(rates, chosen), frame)),
+                   lambda: waves)
+
   def _reverb(self, waves, k):
-    """With chance reverb_prob, an example convolved with an impulse response (recorded or drawn)."""
+    """With chance reverb_prob, an example convolved with an impulse response (recorded or drawn).
+
+    Only the chosen examples are convolved (the FFTs are most of the cost).
+    A synthetic response's tail is uniform noise of unit variance: a third of
+    the time of Gaussian noise, and as diffuse once it is convolved.
+    """
     if not self.reverb_prob:
       return waves
-    size = tf.shape(waves)[:1]
-    pick, which, rt60 = self._draws(1, k, 3, size)
+    pick, which, rt60 = self._draws(1, k, 3, tf.shape(waves)[:1])
+    chosen = tf.where(pick < self.reverb_prob)[:, 0]
+    which, rt60 = tf.gather(which, chosen), tf.gather(rt60, chosen)
     if self.rirs is not None:
       rirs = self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
     else:
       taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
-      noise = tf.random.stateless_normal(tf.concat([size, [taps]], 0), self._key(_AUGMENT, k, 2))
+      noise = tf.random.stateless_uniform(tf.stack([tf.size(chosen), taps]),
+                                          self._key(_AUGMENT, k, 2), -3.0 ** 0.5, 3.0 ** 0.5)
       rirs = augment_lib.synthetic_rirs(tf.ensure_shape(noise, [None, taps]),
                                         _between(self.rt60, rt60), self.sample_rate)
-    wet = augment_lib.reverberate(waves, rirs)
-    return tf.where((pick < self.reverb_prob)[:, None], wet, waves)
+    # None chosen: the batch as it is (RFFT refuses an empty batch it has to pad).
+    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
+        waves, chosen[:, None], augment_lib.reverberate(tf.gather(waves, chosen), rirs)),
+                   lambda: waves)
 
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):

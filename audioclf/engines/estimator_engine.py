@@ -197,7 +197,8 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
   keras.utils.set_random_seed(params.seed)
-  model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
+  model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
+                               class_counts=manifest.label_counts("train"))
   every = params.eval_every_steps or params.train_steps
   config = tf.estimator.RunConfig(
       model_dir=params.model_dir,

@@ -14,7 +14,7 @@ from absl import logging
 from audioclf import compat
 from audioclf.compat import keras
 from audioclf.data.manifest import Manifest
-from audioclf.data.pipeline import cached_clips, fill_cache, input_fn
+from audioclf.data.pipeline import cached_clips, element_spec, fill_cache, input_fn
 from audioclf.distributed import cluster as cluster_lib
 from audioclf.engines import keras_loop
 from audioclf.engines.clock import training_clock
@@ -244,16 +244,13 @@ def _evaluation(strategy: tf.distribute.Strategy, params: Params, manifest: Mani
           "steps": steps}
 
 
-def _batch_spec(params: Params):
-  """The structure of input_fn's batches, of any batch size."""
-  return ({models.INPUT_NAME: tf.TensorSpec([None, params.clip_samples], tf.float32)},
-          tf.TensorSpec([None], tf.int32))
 
 
 def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
            chief: bool) -> Result:
-  model = models.compile_model(models.build_model(params, len(manifest.labels)), params)
-  compat.fit_under(model, strategy, _batch_spec(params))
+  model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
+                               class_counts=manifest.label_counts("train"))
+  compat.fit_under(model, strategy, element_spec(params, "train", len(manifest.labels)))
   # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
   # model_dir.load_model reads both engines' checkpoints the same way.
   checkpoint = tf.train.Checkpoint(model)

@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+from typing import Optional, Sequence
 
 from audioclf import compat
 from audioclf.compat import keras
-from audioclf.model import registry
+from audioclf.model import losses, registry
 from audioclf.model.features import LogMelSpectrogram, SpecAugment
 from audioclf.params import BUILDERS_OPTIMIZER, OPTIMIZERS, ParamError, Params
 
@@ -72,10 +72,7 @@ def front_end(waveform, params: Params):
   # The layer is there with or without masks: Keras 3 keys a checkpoint by
   # layer position, so --spec_augment must not move the layers after it (a
   # model_dir then restores with the flag either way, as on Keras 2).
-  frames = log_mel.num_frames(params.clip_samples)
-  masks = 2 if params.spec_augment else 0
-  x = SpecAugment(freq_masks=masks, max_freq_bins=max(1, params.n_mels // 5), time_masks=masks,
-                  max_time_frames=max(1, frames // 10), name="spec_augment")(x)
+  x = spec_augment(params, log_mel.num_frames(params.clip_samples))(x)
   x = layers.Reshape((-1, params.n_mels, 1), name="add_channel")(x)
   # Standardise each clip's log-mel over time and frequency. A log-mel level
   # moves with the recording gain, which says nothing about the class; and a
@@ -83,6 +80,18 @@ def front_end(waveform, params: Params):
   # average that a short run leaves far from the data (it made a model that fit
   # its training batches score at chance in inference mode after 60 steps).
   return layers.LayerNormalization(axis=[1, 2], center=False, scale=False, name="normalize")(x)
+
+
+def spec_augment(params: Params, frames: int) -> SpecAugment:
+  """The SpecAugment layer of --freq_masks, --time_masks and their widths (none: no masks)."""
+  on = params.spec_augment
+  bins = params.freq_mask_bins
+  width = params.time_mask_frames
+  return SpecAugment(freq_masks=params.freq_masks if on else 0,
+                     max_freq_bins=max(1, params.n_mels // 5) if bins is None else bins,
+                     time_masks=params.time_masks if on else 0,
+                     max_time_frames=max(1, frames // 10) if width is None else width,
+                     name="spec_augment")
 
 
 def _whole_model(model: registry.Model, args, params: Params, num_classes: int) -> keras.Model:
@@ -174,13 +183,21 @@ def learning_rate(params: Params):
   raise ValueError(f"unknown lr_schedule {params.lr_schedule!r}; choose constant or cosine")
 
 
-def compile_model(model: keras.Model, params: Params) -> keras.Model:
+def compile_model(model: keras.Model, params: Params,
+                  class_counts: Optional[Sequence[int]] = None) -> keras.Model:
   """Compiles `model` with the run's optimizer, the loss and the metric every engine reports.
+
+  Args:
+    model: build_model's model.
+    params: the run's parameters (optimizer, label smoothing, mixup, class weights).
+    class_counts: the training split's examples per class id, which
+      --class_weights=balanced weighs by; training passes them (both engines
+      and the tuner), a model compiled only to evaluate needs none.
 
   Returns:
     `model`, for chaining.
   """
   model.compile(optimizer=make_optimizer(params, model),
-                loss=keras.losses.SparseCategoricalCrossentropy(),
-                metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+                loss=losses.loss(params, class_counts),
+                metrics=[losses.accuracy(params)])
   return model

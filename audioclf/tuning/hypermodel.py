@@ -80,7 +80,8 @@ class AudioHyperModel(kt.HyperModel):
     # Every trial starts from the same seed, so trials differ by their
     # hyperparameters, not by their luck at initialisation.
     keras.utils.set_random_seed(params.seed)
-    model = models.compile_model(models.build_model(params, len(self.manifest.labels)), params)
+    model = models.compile_model(models.build_model(params, len(self.manifest.labels)), params,
+                                 class_counts=self.manifest.label_counts("train"))
     # The optimizer's slots, made now rather than by the first step: a trial's
     # weights file holds them, and Keras 3 skips restoring an optimizer that
     # has none yet (tuner.load_model, in save_best_model), step count included.
