@@ -65,6 +65,25 @@ def test_spec_augment_is_optional():
   np.testing.assert_array_equal(np.asarray(kept), log_mel)
 
 
+def test_spec_augment_masks_as_the_flags_say():
+  def masks(params):
+    layer = models.build_model(params, 3).get_layer("spec_augment")
+    return layer.freq_masks, layer.max_freq_bins, layer.time_masks, layer.max_time_frames
+
+  frames = 1 + (4000 - 240) // 80  # 0.5 s at 8 kHz, 30 ms frames every 10 ms.
+  assert masks(PARAMS) == (2, PARAMS.n_mels // 5, 2, frames // 10)  # Today's recipe.
+  assert masks(PARAMS.replace(freq_masks=1, freq_mask_bins=7, time_masks=3,
+                              time_mask_frames=12)) == (1, 7, 3, 12)
+  assert masks(PARAMS.replace(spec_augment=False, freq_masks=3))[::2] == (0, 0)
+  layer = models.build_model(PARAMS.replace(freq_masks=0, time_masks=1, time_mask_frames=5),
+                             3).get_layer("spec_augment")
+  log_mel = np.random.default_rng(0).normal(size=(16, 48, PARAMS.n_mels)).astype("float32")
+  masked = np.asarray(layer(log_mel, training=True)) != log_mel
+  assert not masked.all(axis=1).any()  # No whole band masked: no frequency mask.
+  widths = masked.all(axis=2).sum(axis=1)  # Frames masked whole, per example.
+  assert widths.max() <= 5 and widths.max() > 0
+
+
 def test_width_scales_the_model():
   def size(width):
     return models.build_model(PARAMS.replace(model="ds_cnn", model_args={"width": width}),

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import audioclf
+from audioclf import Params
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
 from audioclf.params import ParamError
@@ -73,19 +74,7 @@ def test_one_seed_gives_the_same_batches_cold_warm_resumed_and_at_any_parallelis
   n = len(manifest_lib.load(params).split("train"))
   assert n % 5  # The last batch of every epoch straddles two epochs.
   steps = 3 * n // 5
-  cold = batches_of(audioclf.input_fn(params, "train"), steps)
-  warm = batches_of(audioclf.input_fn(params, "train"), steps)
-  assert_same_batches(cold, warm)
-  native = batches_of(audioclf.input_fn(params, "train", native_read=True), steps)
-  assert_same_batches(native, warm)  # No Python in the graph, the same bits.
-  for step in (1, n // 5, steps - 2):  # A resume at any step continues the same stream.
-    assert_same_batches(batches_of(audioclf.input_fn(params, "train", seed_offset=step), 2),
-                        cold[step:step + 2])
-  resumed_cold = batches_of(audioclf.input_fn(params.replace(cache_dir=str(tmp_path / "c2")),
-                                              "train", seed_offset=3), steps - 3)
-  assert_same_batches(resumed_cold, cold[3:])  # Cold from the middle: same bits too.
-  one_thread = audioclf.input_fn(params, "train").with_options(_one_thread())
-  assert_same_batches(batches_of(one_thread, steps), cold)
+  cold = assert_one_stream(params, tmp_path, steps, resume_at=(1, n // 5, steps - 2))
   waves = np.concatenate([w for w, _ in cold])
   assert len({row.tobytes() for row in waves}) == len(waves)  # New draws every epoch.
   labels = np.concatenate([y for _, y in cold])
@@ -93,6 +82,46 @@ def test_one_seed_gives_the_same_batches_cold_warm_resumed_and_at_any_parallelis
     counts = np.bincount(labels[epoch * n:(epoch + 1) * n], minlength=3)
     np.testing.assert_array_equal(counts, np.bincount(np.concatenate(
         [y for _, y in batches_of(audioclf.input_fn(params, "eval", split="train"), 99)])))
+
+
+def assert_one_stream(params, tmp_path, steps, resume_at):
+  """Cold, warm, native, resumed (warm and cold) and one-thread runs give the same batches."""
+  cold = batches_of(audioclf.input_fn(params, "train"), steps)
+  warm = batches_of(audioclf.input_fn(params, "train"), steps)
+  assert_same_batches(cold, warm)
+  native = batches_of(audioclf.input_fn(params, "train", native_read=True), steps)
+  assert_same_batches(native, warm)  # No Python in the graph, the same bits.
+  for step in resume_at:  # A resume at any step continues the same stream.
+    assert_same_batches(batches_of(audioclf.input_fn(params, "train", seed_offset=step), 2),
+                        cold[step:step + 2])
+  resumed_cold = batches_of(audioclf.input_fn(params.replace(cache_dir=str(tmp_path / "c2")),
+                                              "train", seed_offset=3), steps - 3)
+  assert_same_batches(resumed_cold, cold[3:])  # Cold from the middle: same bits too.
+  one_thread = audioclf.input_fn(params, "train").with_options(_one_thread())
+  assert_same_batches(batches_of(one_thread, steps), cold)
+  return cold
+
+
+# Every augmentation the sampler draws, on at once.
+EVERY_AUGMENTATION = dict(
+    noise_prob=0.5, speed_perturb=(0.9, 1.1), pitch_shift_semitones=(-2.0, 2.0),
+    tempo_perturb=(0.85, 1.15), pitch_tempo_prob=0.7, reverb_prob=0.5, gain_db=(-6.0, 6.0),
+    mixup_alpha=0.3, balanced_sampler=True)
+
+
+def test_every_augmentation_gives_the_same_batches_cold_warm_resumed_and_at_any_parallelism(
+    tmp_path):
+  data = write_tone_dataset(tmp_path / "data", per_label=8, seconds=1.3)
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=5,
+                           validation_percent=25, testing_percent=0, **EVERY_AUGMENTATION)
+  cold = assert_one_stream(params, tmp_path, 6, resume_at=(4,))
+  waves = np.concatenate([w for w, _ in cold])
+  assert len({row.tobytes() for row in waves}) == len(waves)
+  plain = batches_of(audioclf.input_fn(params.replace(
+      **{name: Params().to_dict()[name] for name in EVERY_AUGMENTATION}), "train"), 1)
+  assert not np.array_equal(plain[0][0], cold[0][0])
+  other = batches_of(audioclf.input_fn(params.replace(seed=1), "train"), 1)
+  assert not np.array_equal(other[0][0], cold[0][0])  # Every draw follows the seed.
 
 
 def _one_thread():

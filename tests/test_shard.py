@@ -48,3 +48,20 @@ def test_a_sharded_reader_needs_the_split_cached(tone_params, tmp_path):
   params = tone_params.replace(cache_dir=str(tmp_path / "empty"))
   with pytest.raises(manifest_lib.DataError, match="not in the cache"):
     pipeline.input_fn(params, "eval", shard=(0, 2))
+
+
+def test_a_shard_draws_the_same_augmentations_rebuilt_or_resumed(tone_params):
+  from test_pipeline import EVERY_AUGMENTATION, assert_same_batches, batches_of
+  params = tone_params.replace(batch_size=3, **EVERY_AUGMENTATION)
+  manifest = manifest_lib.load(params)
+  pipeline.fill_cache(params, manifest, splits=("train",))
+
+  def shard(i, start=0, steps=4):
+    return batches_of(pipeline.input_fn(params, "train", manifest=manifest, shard=(i, 2),
+                                        seed_offset=start), steps)
+
+  first = shard(0)
+  assert_same_batches(shard(0), first)
+  assert_same_batches(shard(0, start=2, steps=2), first[2:])
+  other = shard(1)
+  assert not any(np.array_equal(a[0], b[0]) for a, b in zip(first, other))  # Keyed apart.

@@ -1,0 +1,206 @@
+"""The augmentations after the cache: each does what its flag says, eagerly, in tf.data and through input_fn."""
+
+import os
+
+import numpy as np
+import pytest
+import soundfile as sf
+import tensorflow as tf
+
+import audioclf
+from audioclf.data import augment
+from audioclf.data import fill as fill_lib
+from audioclf.data import manifest as manifest_lib
+from audioclf.data import sampler as sampler_lib
+from conftest import write_tone_dataset
+
+SR = 16000
+N = 16000
+
+
+def _tone(freq, n=N, start=0, stop=None):
+  t = np.arange(n) / SR
+  x = 0.5 * np.sin(2 * np.pi * freq * t)
+  x[:start] = 0
+  if stop is not None:
+    x[stop:] = 0
+  return x.astype(np.float32)
+
+
+def _peak_hz(waves):
+  """The strongest frequency of each row's middle half, in Hz."""
+  n = waves.shape[-1]
+  middle = waves[:, n // 4:3 * n // 4] * np.hanning(n // 2)
+  return np.argmax(np.abs(np.fft.rfft(middle, axis=-1)), axis=-1) * SR / (n // 2)
+
+
+def _span(wave, level=0.1):
+  """First and last sample above `level`: where a tone burst is."""
+  loud = np.flatnonzero(np.abs(wave) > level)
+  return loud[0], loud[-1]
+
+
+def _sampler(**changes):
+  params = audioclf.Params(**{"batch_size": 8, **changes})
+  return sampler_lib.Sampler(params, 100, labels=np.arange(100) % 4, num_classes=4)
+
+
+def _in_tf_data(fn, *tensors):
+  """fn over the tensors as one element of a tf.data map: the graph input_fn runs it in."""
+  return next(iter(tf.data.Dataset.from_tensors(tensors).map(fn)))
+
+
+def test_speed_perturbation_moves_a_tone_by_the_factor():
+  waves = np.stack([_tone(1000.0)] * 4)
+  factors = tf.constant([0.9, 1.0, 1.1, 1.25])
+  for got in (augment.resample(waves, factors), _in_tf_data(augment.resample, waves, factors)):
+    np.testing.assert_allclose(_peak_hz(got.numpy()), [900, 1000, 1100, 1250], atol=2)
+  np.testing.assert_allclose(augment.resample(waves, tf.ones([4]))[1], waves[1], atol=1e-6)
+
+
+def test_speeding_up_removes_what_would_fold_over_nyquist():
+  waves = np.stack([_tone(7500.0)] * 2)
+  out = augment.resample(waves, tf.constant([1.0, 1.1])).numpy()
+  rms = np.sqrt(np.mean(out ** 2, axis=-1))
+  assert rms[0] > 0.3 and rms[1] < 0.01  # 8250 Hz does not exist at 16 kHz: gone, not aliased.
+
+
+def test_tempo_stretch_keeps_the_pitch_and_scales_the_duration():
+  burst = _tone(1000.0, start=6000, stop=10000)
+  waves = np.stack([burst] * 4)
+  rates = tf.constant([1.0, 0.8, 1.25, 2.0])
+  frame = augment.vocoder_frame(SR)
+  out = _in_tf_data(lambda w, r: augment.stretch(w, r, frame), waves, rates).numpy()
+  np.testing.assert_allclose(out[0], burst, atol=1e-5)  # Rate 1: the clip back.
+  for wave, rate in zip(out, rates.numpy()):
+    first, last = _span(wave)
+    assert abs((last - first) - 4000 / rate) < 0.03 * 4000 / rate
+    assert abs((first + last) / 2 - 8000) < 200  # Stretched about the centre.
+  np.testing.assert_allclose(_peak_hz(out), 1000, atol=3)
+
+
+def test_pitch_shift_moves_the_tone_and_keeps_its_duration():
+  waves = tf.constant(np.stack([_tone(1000.0, start=4000, stop=12000)] * 8))
+  labels = tf.zeros([8], tf.int32)
+  out, _ = _sampler(pitch_shift_semitones=(3.0, 3.0)).augment(waves, labels, 0)
+  np.testing.assert_allclose(_peak_hz(out.numpy()), 1000 * 2 ** (3 / 12), atol=3)
+  for wave in out.numpy():
+    first, last = _span(wave)
+    assert abs((last - first) - 8000) < 250
+
+
+def test_speed_pitch_and_tempo_are_drawn_per_example_within_their_ranges():
+  waves = tf.constant(np.stack([_tone(1000.0, start=4000, stop=12000)] * 8))
+  labels = tf.zeros([8], tf.int32)
+  sampler = _sampler(speed_perturb=(0.9, 1.1), tempo_perturb=(0.8, 1.2))
+  out, _ = sampler.augment(waves, labels, 3)
+  peaks = _peak_hz(out.numpy())
+  assert np.all((peaks > 895) & (peaks < 1105)) and len(set(np.round(peaks))) > 4
+  durations = np.array([np.subtract(*_span(w)[::-1]) for w in out.numpy()])
+  # Tempo moves by speed x tempo (0.72 to 1.32): durations of 8000 / that.
+  assert np.all((durations > 8000 / 1.33) & (durations < 8000 / 0.71)), durations
+  again, _ = sampler.augment(waves, labels, 3)
+  np.testing.assert_array_equal(out, again)
+  assert not np.array_equal(out, sampler.augment(waves, labels, 4)[0])
+
+
+def test_pitch_tempo_prob_sends_that_share_through_the_vocoder():
+  waves = tf.constant(np.stack([_tone(1000.0)] * 64))
+  labels = tf.zeros([64], tf.int32)
+  out, _ = _sampler(batch_size=64, pitch_shift_semitones=(4.0, 4.0), pitch_tempo_prob=0.5
+                    ).augment(waves, labels, 0)
+  peaks = _peak_hz(out.numpy())
+  shifted = np.isclose(peaks, 1000 * 2 ** (4 / 12), atol=3)
+  assert np.all(shifted | np.isclose(peaks, 1000, atol=3)) and 16 < shifted.sum() < 48
+
+
+def _decay_db_per_second(response):
+  """The slope of the energy envelope of an impulse response, in dB per second."""
+  energy = np.convolve(response ** 2, np.ones(160) / 160, mode="valid")
+  t = np.arange(len(energy)) / SR
+  inside = (t > 0.02) & (10 * np.log10(energy + 1e-30) > 10 * np.log10(energy.max()) - 50)
+  return np.polyfit(t[inside], 10 * np.log10(energy[inside]), 1)[0]
+
+
+def test_synthetic_responses_decay_60_db_in_their_rt60():
+  noise = tf.random.stateless_uniform([2, 12000], [1, 2], -3 ** 0.5, 3 ** 0.5)
+  rirs = augment.synthetic_rirs(noise, tf.constant([0.25, 0.5]), SR).numpy()
+  assert np.all(rirs[:, 0] == 1.0)  # The direct path, at tap 0.
+  np.testing.assert_allclose(np.sum(rirs[:, 1:] ** 2, axis=1), 1.0, rtol=1e-4)  # DRR 0 dB.
+  assert abs(_decay_db_per_second(rirs[0]) + 60 / 0.25) < 12
+  assert abs(_decay_db_per_second(rirs[1]) + 60 / 0.5) < 6
+
+
+def test_reverberation_convolves_keeps_the_level_and_takes_its_chance():
+  click = np.zeros(N, np.float32)
+  click[2000] = 1.0
+  rir = np.zeros([1, 3000], np.float32)
+  rir[0, [0, 800, 2500]] = [1.0, 0.5, -0.25]
+  out = augment.reverberate(click[None], rir).numpy()[0]
+  np.testing.assert_allclose(out[[2000, 2800, 4500]] / out[2000], [1.0, 0.5, -0.25], atol=1e-5)
+  np.testing.assert_allclose(np.sqrt(np.mean(out ** 2)), np.sqrt(np.mean(click ** 2)), rtol=1e-4)
+  waves = tf.constant(np.stack([_tone(500.0)] * 64))
+  sampler = _sampler(batch_size=64, reverb_prob=0.3, reverb_rt60=(0.3, 0.6))
+  got = _in_tf_data(lambda w: sampler.augment(w, tf.zeros([64], tf.int32), 5)[0], waves).numpy()
+  changed = np.any(np.abs(got - waves.numpy()) > 1e-4, axis=1)
+  assert 8 < changed.sum() < 32  # Chosen per example.
+  np.testing.assert_array_equal(got[~changed], waves.numpy()[~changed])
+
+
+def test_gain_is_drawn_in_db_per_example():
+  waves = tf.constant(np.stack([_tone(500.0)] * 64))
+  out, _ = _sampler(batch_size=64, gain_db=(-6.0, 6.0)).augment(waves, tf.zeros([64], tf.int32), 0)
+  db = 20 * np.log10(np.abs(out.numpy()).max(1) / np.abs(waves.numpy()).max(1))
+  assert -6.01 < db.min() < -4 and 4 < db.max() < 6.01 and len(set(np.round(db, 3))) == 64
+
+
+def test_mixup_mixes_examples_and_their_labels_alike():
+  # Example i is the constant i with label i: a mixed example's value is its label's mean.
+  waves = tf.constant(np.repeat(np.arange(8, dtype=np.float32)[:, None], 100, axis=1))
+  sampler = sampler_lib.Sampler(audioclf.Params(batch_size=8, mixup_alpha=0.4), 8,
+                                num_classes=8)
+  out, soft = sampler.augment(waves, tf.range(8), 2)
+  out, soft = out.numpy(), soft.numpy()
+  assert soft.shape == (8, 8)
+  np.testing.assert_allclose(soft.sum(1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(out[:, 0], soft @ np.arange(8), rtol=1e-5)
+  assert (np.count_nonzero(soft > 1e-6, axis=1) <= 2).all() and (soft.max(1) < 1).any()
+  eval_out, eval_labels = sampler.augment(waves, tf.range(8), 2, training=False)
+  np.testing.assert_array_equal(eval_out, waves)  # Evaluation is never mixed.
+  np.testing.assert_array_equal(eval_labels, np.arange(8))
+
+
+def test_what_is_off_adds_nothing():
+  sampler = _sampler()
+  assert not sampler.augments(True)
+  waves = tf.constant(np.stack([_tone(700.0)] * 8))
+  out, labels = sampler.augment(waves, tf.zeros([8], tf.int32), 0)
+  assert out is waves
+
+
+@pytest.fixture
+def words(tmp_path):
+  data = write_tone_dataset(tmp_path / "data", per_label=8, seconds=1.0)
+  return audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=6,
+                         validation_percent=25, testing_percent=0)
+
+
+def test_a_rir_folder_is_decoded_once_into_the_cache_and_convolved(words, tmp_path):
+  folder = tmp_path / "rirs"
+  folder.mkdir()
+  rir = np.zeros(4000, np.float32)
+  rir[[300, 1100]] = [0.8, 0.4]  # A lead-in of 300 samples, then the direct path and an echo.
+  sf.write(folder / "room.wav", rir, SR, subtype="FLOAT")
+  params = words.replace(rir_dir=str(folder), reverb_prob=1.0, time_shift_seconds=0.0)
+  assert fill_lib.fill(params, ("train",))["rir"]["decoded"] == 1
+  before = fill_lib.decode_count()
+  clean = [f["waveform"].numpy() for f, _ in audioclf.input_fn(
+      params.replace(reverb_prob=0.0), "train").take(2)]
+  wet = [f["waveform"].numpy() for f, _ in audioclf.input_fn(params, "train").take(2)]
+  assert fill_lib.decode_count() == before  # Nothing decoded again.
+  for c, w in zip(clean, wet):
+    echo = c + 0.5 * np.pad(c, [[0, 0], [800, 0]])[:, :N]  # The direct path at tap 0.
+    echo *= np.sqrt(np.mean(c ** 2, 1, keepdims=True) / np.mean(echo ** 2, 1, keepdims=True))
+    np.testing.assert_allclose(w, echo, atol=2e-4)
+  with pytest.raises(manifest_lib.DataError, match="rir_dir"):
+    audioclf.input_fn(params.replace(rir_dir=str(tmp_path / "nowhere")), "train")
