@@ -25,7 +25,15 @@ it): the cost of the check, side by side. audioclf_noise is audioclf_warm
 with an excerpt of a background recording (--noise_recordings of 30 s, cached
 as the clips are) mixed into every example at a drawn SNR: the cost of real
 background noise, side by side (its row's CPU us/example against
-audioclf_warm's; no target).
+audioclf_warm's; no target). audioclf_augment is audioclf_warm with every
+augmentation on at once (AUGMENTATIONS: the balanced sampler, speed, pitch
+and tempo, synthetic reverberation, that background noise, gain, mixup),
+measured against the training rate of the demo's CNN (demo_train: the model
+of --demo_flagfile, Keras fit on batches already in memory, --train_steps
+steps after a warm-up), for the target
+
+  augment_vs_training  audioclf warm with every augmentation >= 5 x the demo CNN's
+                       training examples/s (the input is never what a run waits for)
 
 Every run after the first construction of each pipeline counts as
 "re-created", as Estimator's repeated input_fn calls are. Runs of the five
@@ -62,15 +70,24 @@ import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a 
 
 FLAGS = flags.FLAGS
 PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "audioclf_checked",
-             "audioclf_noise", "in_memory")
+             "audioclf_noise", "audioclf_augment", "in_memory")
 # Pipelines that re-read or re-decode every epoch are measured on their first
 # epoch, which is what a re-created input_fn costs; cached and in-memory ones
 # on the steady state after it, which is what a long training run sees.
-STEADY = ("audioclf_warm", "audioclf_noise", "in_memory")
+STEADY = ("audioclf_warm", "audioclf_noise", "audioclf_augment", "in_memory", "demo_train")
 TARGET_WARM_RATIO = 0.9
 TARGET_FIRST_BATCH_S = 0.1
 TARGET_SHORT_RUN_RATIO = 1.10
+TARGET_AUGMENT_RATIO = 5.0
 NOISE_SECONDS = 30.0
+# audioclf_augment: every augmentation on, at settings a recipe would use (with the
+# background recordings of audioclf_noise).
+AUGMENTATIONS = dict(
+    balanced_sampler=True, speed_perturb=(0.9, 1.1), pitch_shift_semitones=(-2.0, 2.0),
+    tempo_perturb=(0.9, 1.1), pitch_tempo_prob=0.5, reverb_prob=0.5, reverb_rt60=(0.2, 0.8),
+    noise_prob=0.5, noise_snr_db=(5.0, 20.0), gain_db=(-6.0, 6.0), mixup_alpha=0.2)
+DEMO_FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "flags", "demo.flags")
 
 
 def define_flags() -> None:
@@ -83,6 +100,11 @@ def define_flags() -> None:
   flags.DEFINE_float("short_step_ms", 50.0, "The short run's simulated step (a wait, no CPU).")
   flags.DEFINE_integer("noise_recordings", 6, "audioclf_noise: background recordings of "
                        f"{NOISE_SECONDS:g} s to mix in.")
+  flags.DEFINE_string("demo_flagfile", DEMO_FLAGFILE, "audioclf_augment's target: the preset "
+                      "whose model's training rate it is measured against (its model flags; "
+                      "the batch size is this run's).")
+  flags.DEFINE_integer("train_steps_timed", 30, "demo_train: training steps timed, after 5 of "
+                       "warm-up.")
 
 
 @dataclasses.dataclass
@@ -181,6 +203,11 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
                                        noise_prob=1.0, noise_snr_db=(5.0, 20.0))
     fill_lib.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
     builders["audioclf_noise"] = lambda: audioclf.input_fn(noise_params, "train")
+  if "audioclf_augment" in FLAGS.pipelines:
+    augment_params = data_params.replace(
+        noise_dir=_noise_folder(root, data_params.sample_rate), **AUGMENTATIONS)
+    fill_lib.fill(augment_params, ("train",))
+    builders["audioclf_augment"] = lambda: audioclf.input_fn(augment_params, "train")
   if "audioclf_cold" in FLAGS.pipelines:
     builders["audioclf_cold"] = cold
 
@@ -219,13 +246,42 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
       runs[p].append(run)
       steady = (f", steady {run.steady_examples_per_s:,.0f}/s"
                 if run.steady_examples_per_s else "")
-      _log(f"[{name}] round {r + 1} {p:13s}: first batch {run.first_batch_s:.3f} s, "
+      _log(f"[{name}] round {r + 1} {p:16s}: first batch {run.first_batch_s:.3f} s, "
            f"first epoch {run.first_epoch_examples_per_s:,.0f}/s{steady}, "
            f"{cpu_us(p, run):.0f} CPU us/example")
       bar.update(1)
   if FLAGS.short_epochs and "audioclf_warm" in builders:
     runs.update(short_runs(name, data_params, batches))
+  if "audioclf_augment" in builders:
+    runs["demo_train"] = [demo_training(name, data_params) for _ in range(FLAGS.repeats)]
   return runs
+
+
+def demo_training(name: str, params: audioclf.Params) -> Run:
+  """The demo preset's model trained by Keras fit on 8 batches from memory: its examples/s.
+
+  The rate a run of that preset can use input at, at most: what the
+  augmented pipeline is measured against.
+  """
+  from audioclf.engines import keras_loop  # pylint: disable=g-import-not-at-top
+  from audioclf.engines.clock import StepClock  # pylint: disable=g-import-not-at-top
+  from audioclf.model import build as models  # pylint: disable=g-import-not-at-top
+  demo_flags = flags.FlagValues()
+  command_flags.define_flags(demo_flags)
+  demo_flags([sys.argv[0], f"--flagfile={FLAGS.demo_flagfile}"])
+  demo = command_flags.params_from_flags(demo_flags).replace(
+      batch_size=params.batch_size, sample_rate=params.sample_rate,
+      clip_seconds=params.clip_seconds, fmax=min(7600.0, params.sample_rate / 2))
+  held = [(f["waveform"].numpy(), y.numpy()) for f, y in
+          audioclf.input_fn(params, "train").take(8)]
+  model = models.compile_model(models.build_model(demo, len(benchdata.LABELS)), demo)
+  clock = StepClock(warmup_steps=5)
+  keras_loop.fit(model, benchdata.repeated_batches_input_fn(held),
+                 steps_per_epoch=5 + FLAGS.train_steps_timed, clocks=[clock])
+  rate = clock.examples_per_sec(params.batch_size)
+  _log(f"[{name}] demo_train: the {demo.model} of {os.path.basename(FLAGS.demo_flagfile)} "
+       f"(width {demo.width}) trains {rate:,.0f} examples/s")
+  return Run(clock.first_step_s or 0.0, rate, 0.0, rate, 0.0)
 
 
 def _noise_folder(root: str, sample_rate: int) -> str:
@@ -305,7 +361,7 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
   for p, rs in runs.items():
     ratio = None
     limit_name = "short_limit" if p.startswith("short_") else "in_memory"
-    if limit_name in runs:
+    if limit_name in runs and p != "demo_train":
       limit = runs[limit_name]
       ratio = statistics.median(
           examples_per_s(p, a) / examples_per_s(limit_name, b) for a, b in zip(rs, limit))
@@ -314,6 +370,7 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
         "examples_per_s": statistics.median(examples_per_s(p, r) for r in rs),
         "cpu_us_per_example": statistics.median(cpu_us(p, r) for r in rs),
         "measured_over": ("short run vs its limit" if p.startswith("short_") else
+                          "training steps" if p == "demo_train" else
                           "steady state" if p in STEADY else "first epoch"),
         "ratio_to_in_memory": ratio,
         "first_batch_s": statistics.median(r.first_batch_s for r in rs),
@@ -337,6 +394,12 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
     targets.append({"workload": name, "target": "short_warm_run", "value": v,
                     "want": f"<= {TARGET_SHORT_RUN_RATIO} x the in-memory limit's time",
                     "pass": v <= TARGET_SHORT_RUN_RATIO})
+  if "audioclf_augment" in runs and "demo_train" in runs:
+    v = statistics.median(examples_per_s("audioclf_augment", a) / examples_per_s("demo_train", b)
+                          for a, b in zip(runs["audioclf_augment"], runs["demo_train"]))
+    targets.append({"workload": name, "target": "augment_vs_training", "value": v,
+                    "want": f">= {TARGET_AUGMENT_RATIO:g} x the demo CNN's training rate",
+                    "pass": v >= TARGET_AUGMENT_RATIO})
   if "audioclf_warm" in by:
     v = by["audioclf_warm"]["first_batch_s"]
     targets.append({"workload": name, "target": "warm_first_batch", "value": v,
@@ -348,12 +411,12 @@ def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params)
   print(f"\naudioclf input pipelines: batch {params.batch_size}, {params.clip_seconds:g} s clips "
         f"at {params.sample_rate} Hz, soxr {params.resample_quality}; {os.cpu_count()} CPU cores, "
         f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
-  print(f"{'workload':8s}  {'pipeline':13s}  {'examples/s':>10s}  {'vs in-memory':>12s}  "
+  print(f"{'workload':8s}  {'pipeline':16s}  {'examples/s':>10s}  {'vs in-memory':>12s}  "
         f"{'first batch s':>13s}  {'CPU us/ex':>9s}  measured over")
   for row in rows:
     ratio = row["ratio_to_in_memory"]
     ratio_s = f"{ratio:.3f}" if ratio is not None else "-"
-    print(f"{row['workload']:8s}  {row['pipeline']:13s}  {row['examples_per_s']:10,.0f}  "
+    print(f"{row['workload']:8s}  {row['pipeline']:16s}  {row['examples_per_s']:10,.0f}  "
           f"{ratio_s:>12s}  {row['first_batch_s']:13.3f}  {row['cpu_us_per_example']:9.0f}  "
           f"{row['measured_over']}")
   print()

@@ -6,7 +6,9 @@
   store.py      the cache's files: format, names, writes, the checks a split passes on open
   fill.py       filling a split (Fill), and fill(): every split ahead of time
   noise.py      background recordings, decoded once into the cache and mixed in
+  rir.py        room impulse responses of --rir_dir, decoded once into the cache
   sampler.py    which clip comes when, and every random draw: pure functions of (seed, index)
+  augment.py    the augmentations as in-graph ops on a batch, given the sampler's draws
   pipeline.py   input_fn: the assembly of the above
   service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it

@@ -54,8 +54,10 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """
   n = waves.shape[-1]
   factors = tf.cast(factors, tf.float32)
-  waves = tf.cond(tf.reduce_any(factors > 1.0),
-                  lambda: low_pass(waves, tf.minimum(1.0 / factors, 1.0)), lambda: waves)
+  faster = tf.where(factors > 1.0)[:, 0]
+  waves = tf.cond(tf.size(faster) > 0, lambda: tf.tensor_scatter_nd_update(
+      waves, faster[:, None], low_pass(tf.gather(waves, faster), 1.0 / tf.gather(factors, faster))),
+                  lambda: waves)
   centre = (n - 1) / 2.0
   zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
   # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
