@@ -62,3 +62,20 @@ def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path)
   assert result["measured_steps"] == 2
   assert result["steps_per_s"] > 0
   assert result["cpu_ms_per_step"] > 0
+
+
+@pytest.mark.slow
+def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
+  out = tmp_path / "bench.json"
+  proc = _run(["tools/bench_input.py", "--workloads=wav", "--n_wav=96", "--batch_size=16",
+               "--pipelines=audioclf_warm,audioclf_augment", "--repeats=1", "--epochs=1",
+               "--min_seconds=0", "--short_epochs=0", "--train_steps_timed=3",
+               f"--out_dir={tmp_path / 'work'}", f"--json={out}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "augment_vs_training" in proc.stdout
+  results = json.loads(out.read_text())
+  rows = {r["pipeline"]: r for r in results["rows"]}
+  assert rows["audioclf_augment"]["examples_per_s"] > 0 and rows["demo_train"]["examples_per_s"] > 0
+  target = next(t for t in results["targets"] if t["target"] == "augment_vs_training")
+  assert target["value"] == pytest.approx(
+      rows["audioclf_augment"]["examples_per_s"] / rows["demo_train"]["examples_per_s"])

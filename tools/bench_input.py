@@ -27,9 +27,10 @@ as the clips are) mixed into every example at a drawn SNR: the cost of real
 background noise, side by side (its row's CPU us/example against
 audioclf_warm's; no target). audioclf_augment is audioclf_warm with every
 augmentation on at once (AUGMENTATIONS: the balanced sampler, speed, pitch
-and tempo, synthetic reverberation, that background noise, gain, mixup),
+and tempo, synthetic reverberation, that background noise, gain, mixup; or
+those --augmentations names),
 measured against the training rate of the demo's CNN (demo_train: the model
-of --demo_flagfile, Keras fit on batches already in memory, --train_steps
+of --demo_flagfile, Keras fit on batches already in memory, --train_steps_timed
 steps after a warm-up), for the target
 
   augment_vs_training  audioclf warm with every augmentation >= 5 x the demo CNN's
@@ -80,12 +81,18 @@ TARGET_FIRST_BATCH_S = 0.1
 TARGET_SHORT_RUN_RATIO = 1.10
 TARGET_AUGMENT_RATIO = 5.0
 NOISE_SECONDS = 30.0
-# audioclf_augment: every augmentation on, at settings a recipe would use (with the
-# background recordings of audioclf_noise).
-AUGMENTATIONS = dict(
-    balanced_sampler=True, speed_perturb=(0.9, 1.1), pitch_shift_semitones=(-2.0, 2.0),
-    tempo_perturb=(0.9, 1.1), pitch_tempo_prob=0.5, reverb_prob=0.5, reverb_rt60=(0.2, 0.8),
-    noise_prob=0.5, noise_snr_db=(5.0, 20.0), gain_db=(-6.0, 6.0), mixup_alpha=0.2)
+# audioclf_augment: the augmentations --augmentations names (all of them by default), at
+# settings a recipe would use (the noise: audioclf_noise's background recordings).
+AUGMENTATIONS = {
+    "balanced": dict(balanced_sampler=True),
+    "speed": dict(speed_perturb=(0.9, 1.1)),
+    "vocoder": dict(pitch_shift_semitones=(-2.0, 2.0), tempo_perturb=(0.9, 1.1),
+                    pitch_tempo_prob=0.5),
+    "reverb": dict(reverb_prob=0.5, reverb_rt60=(0.2, 0.8)),
+    "noise": dict(noise_prob=0.5, noise_snr_db=(5.0, 20.0)),
+    "gain": dict(gain_db=(-6.0, 6.0)),
+    "mixup": dict(mixup_alpha=0.2),
+}
 DEMO_FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "flags", "demo.flags")
 
@@ -100,6 +107,8 @@ def define_flags() -> None:
   flags.DEFINE_float("short_step_ms", 50.0, "The short run's simulated step (a wait, no CPU).")
   flags.DEFINE_integer("noise_recordings", 6, "audioclf_noise: background recordings of "
                        f"{NOISE_SECONDS:g} s to mix in.")
+  flags.DEFINE_list("augmentations", list(AUGMENTATIONS), "audioclf_augment: the augmentations "
+                    "it turns on (AUGMENTATIONS), for the cost of one or a few.")
   flags.DEFINE_string("demo_flagfile", DEMO_FLAGFILE, "audioclf_augment's target: the preset "
                       "whose model's training rate it is measured against (its model flags; "
                       "the batch size is this run's).")
@@ -204,8 +213,9 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
     fill_lib.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
     builders["audioclf_noise"] = lambda: audioclf.input_fn(noise_params, "train")
   if "audioclf_augment" in FLAGS.pipelines:
-    augment_params = data_params.replace(
-        noise_dir=_noise_folder(root, data_params.sample_rate), **AUGMENTATIONS)
+    augment_params = data_params.replace(noise_dir=_noise_folder(root, data_params.sample_rate))
+    for augmentation in FLAGS.augmentations:
+      augment_params = augment_params.replace(**AUGMENTATIONS[augmentation])
     fill_lib.fill(augment_params, ("train",))
     builders["audioclf_augment"] = lambda: audioclf.input_fn(augment_params, "train")
   if "audioclf_cold" in FLAGS.pipelines:
@@ -433,6 +443,9 @@ def main(argv):
   for p in FLAGS.pipelines:
     if p not in PIPELINES:
       raise app.UsageError(f"--pipelines: unknown {p!r}; known: {list(PIPELINES)}")
+  for a in FLAGS.augmentations:
+    if a not in AUGMENTATIONS:
+      raise app.UsageError(f"--augmentations: unknown {a!r}; known: {list(AUGMENTATIONS)}")
   params = command_flags.params_from_flags()
   if os.path.exists(_cold_root()):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")
