@@ -165,6 +165,18 @@ def test_list_fields_through_flags_and_flagfile(tmp_path):
   command_flags.define_flags(again)
   again(["prog", f"--flagfile={tmp_path / 'p.flags'}"])
   assert command_flags.params_from_flags(again) == p
+  augmenting = flags.FlagValues()
+  command_flags.define_flags(augmenting)
+  augmenting(["prog", "--speed_perturb=0.9,1.1", "--gain_db=3", "--balanced_sampler",
+              "--class_weights=balanced", "--freq_mask_bins=4", "--rir_dir=rooms"])
+  p = command_flags.params_from_flags(augmenting)
+  assert (p.speed_perturb, p.gain_db, p.balanced_sampler, p.class_weights, p.freq_mask_bins,
+          p.rir_dir) == ((0.9, 1.1), (3.0, 3.0), True, "balanced", 4, "rooms")
+  params_lib.to_flagfile(p, str(tmp_path / "a.flags"))
+  again = flags.FlagValues()
+  command_flags.define_flags(again)
+  again(["prog", f"--flagfile={tmp_path / 'a.flags'}"])
+  assert command_flags.params_from_flags(again) == p
   old = flags.FlagValues()
   command_flags.define_flags(old)
   old(["prog", "--noise_snr_db=20"])  # As flags/speech_commands.flags long said.
