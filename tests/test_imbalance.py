@@ -118,7 +118,7 @@ def test_accuracy_takes_ids_or_soft_labels():
 
 
 def test_compile_keeps_keras_own_loss_unless_asked():
-  params = audioclf.Params(sample_rate=8000, clip_seconds=0.5, width=8, n_mels=20)
+  params = audioclf.Params(sample_rate=8000, clip_seconds=0.5, model_args={"width": 8}, n_mels=20)
   plain = models.compile_model(models.build_model(params, 3), params, class_counts=[5, 5, 1])
   assert isinstance(plain.loss, keras.losses.SparseCategoricalCrossentropy)
   weighted = params.replace(class_weights="balanced", label_smoothing=0.1)

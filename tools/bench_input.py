@@ -290,7 +290,7 @@ def demo_training(name: str, params: audioclf.Params) -> Run:
                  steps_per_epoch=5 + FLAGS.train_steps_timed, clocks=[clock])
   rate = clock.examples_per_sec(params.batch_size)
   _log(f"[{name}] demo_train: the {demo.model} of {os.path.basename(FLAGS.demo_flagfile)} "
-       f"(width {demo.width}) trains {rate:,.0f} examples/s")
+       f"({demo.model_args}) trains {rate:,.0f} examples/s")
   return Run(clock.first_step_s or 0.0, rate, 0.0, rate, 0.0)
 
 
