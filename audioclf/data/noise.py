@@ -37,7 +37,7 @@ class Recordings:
     self._rms = tf.constant(np.maximum(rms, 1e-6), tf.float32)  # Digital silence mixes nothing.
     self.count = len(lengths)
     self.longest = int(np.max(lengths)) if len(lengths) else 0
-    # Each recording's loudest sample (an impulse response's direct path), from its start.
+    # For from_peaks: each one's offset, length, RMS and loudest sample (from its start).
     self._arrays = (np.asarray(offsets, np.int64), np.asarray(lengths, np.int64),
                     np.asarray(rms, np.float64),
                     np.zeros(len(lengths), np.int64) if peaks is None else np.asarray(peaks))

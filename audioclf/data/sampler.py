@@ -260,8 +260,8 @@ class Sampler:
     tempo), the room (reverberation), the background (`add_noise`, at an SNR
     against the reverberant voice), the level (gain, after the noise so its
     SNR holds), then mixup, which mixes finished examples and their labels
-    (soft labels). Evaluation gets only the noise of _silence_
-    clips. An augmentation that is off adds no op to the graph.
+    (soft labels). Evaluation gets only the noise of _silence_ clips. An
+    augmentation that is off adds no op to the graph.
     """
     k = tf.cast(k, tf.int64)
     if training:
@@ -343,8 +343,8 @@ class Sampler:
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):
       return waves
-    return augment_lib.gain(waves, _between(self.gain_db, self._draws(3, k, 1,
-                                                                     tf.shape(waves)[:1])[0]))
+    db = _between(self.gain_db, self._draws(3, k, 1, tf.shape(waves)[:1])[0])
+    return augment_lib.gain(waves, db)
 
   def _mixup(self, waves, labels, k):
     """Each example mixed with a partner of its batch (a drawn permutation), by Beta(a, a)."""
