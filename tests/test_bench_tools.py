@@ -70,12 +70,14 @@ def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
   proc = _run(["tools/bench_input.py", "--workloads=wav", "--n_wav=96", "--batch_size=16",
                "--pipelines=audioclf_warm,audioclf_augment", "--repeats=1", "--epochs=1",
                "--min_seconds=0", "--short_epochs=0", "--train_steps_timed=3",
+               "--augmentations=speed,gain", "--augment_each",
                f"--out_dir={tmp_path / 'work'}", f"--json={out}"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "augment_vs_training" in proc.stdout
   results = json.loads(out.read_text())
   rows = {r["pipeline"]: r for r in results["rows"]}
-  assert rows["audioclf_augment"]["examples_per_s"] > 0 and rows["demo_train"]["examples_per_s"] > 0
+  assert {"audioclf_augment", "augment_speed", "augment_gain", "demo_train"} <= set(rows)
+  assert all(rows[p]["ratio_to_demo_train"] > 0 for p in ("augment_speed", "augment_gain"))
   target = next(t for t in results["targets"] if t["target"] == "augment_vs_training")
   assert target["value"] == pytest.approx(
       rows["audioclf_augment"]["examples_per_s"] / rows["demo_train"]["examples_per_s"])

@@ -36,6 +36,10 @@ steps after a warm-up), for the target
   augment_vs_training  audioclf warm with every augmentation >= 5 x the demo CNN's
                        training examples/s (the input is never what a run waits for)
 
+With --augment_each, one more row per augmentation of --augmentations alone
+(augment_<name>), and each one's ratio to demo_train: what each costs. With
+--measured, the report also goes to docs/measured/bench_input.md (tools/measured.py).
+
 Every run after the first construction of each pipeline counts as
 "re-created", as Estimator's repeated input_fn calls are. Runs of the five
 pipelines alternate, --repeats times, and the table shows medians; ratios are
@@ -47,6 +51,7 @@ audioclf's own flags (--batch_size, ...). Progress goes to stderr.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import os
 import shutil
@@ -68,6 +73,7 @@ from audioclf.data import fill as fill_lib  # noqa: E402
 from audioclf.data import store as store_lib  # noqa: E402
 from audioclf.commands import flags as command_flags  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
+import measured  # noqa: E402
 
 FLAGS = flags.FLAGS
 PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "audioclf_checked",
@@ -109,6 +115,10 @@ def define_flags() -> None:
                        f"{NOISE_SECONDS:g} s to mix in.")
   flags.DEFINE_list("augmentations", list(AUGMENTATIONS), "audioclf_augment: the augmentations "
                     "it turns on (AUGMENTATIONS), for the cost of one or a few.")
+  flags.DEFINE_bool("augment_each", False, "audioclf_augment: also each of --augmentations "
+                    "alone, a row each (augment_<name>).")
+  flags.DEFINE_bool("measured", False, "Also write the report to docs/measured/bench_input.md "
+                    "(and .json), headed by the date, machine, load and command.")
   flags.DEFINE_string("demo_flagfile", DEMO_FLAGFILE, "audioclf_augment's target: the preset "
                       "whose model's training rate it is measured against (its model flags; "
                       "the batch size is this run's).")
@@ -213,11 +223,8 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
     fill_lib.fill(noise_params, ("train",))  # Untimed: the clips and the recordings.
     builders["audioclf_noise"] = lambda: audioclf.input_fn(noise_params, "train")
   if "audioclf_augment" in FLAGS.pipelines:
-    augment_params = data_params.replace(noise_dir=_noise_folder(root, data_params.sample_rate))
-    for augmentation in FLAGS.augmentations:
-      augment_params = augment_params.replace(**AUGMENTATIONS[augmentation])
-    fill_lib.fill(augment_params, ("train",))
-    builders["audioclf_augment"] = lambda: audioclf.input_fn(augment_params, "train")
+    builders.update(_augment_builders(data_params.replace(
+        noise_dir=_noise_folder(root, data_params.sample_rate))))
   if "audioclf_cold" in FLAGS.pipelines:
     builders["audioclf_cold"] = cold
 
@@ -240,14 +247,15 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
     gc.collect()
 
   runs: dict[str, list[Run]] = {p: [] for p in builders}
-  order = [p for p in PIPELINES if p in builders]
+  order = [p for p in PIPELINES if p in builders] + [p for p in builders if p not in PIPELINES]
   for r in range(FLAGS.repeats):
     # Rotate the order so no pipeline always runs right after the same neighbour.
     for p in order[r % len(order):] + order[:r % len(order)]:
       bar.set_description(f"{name} round {r + 1}/{FLAGS.repeats}: {p}")
       if p == "audioclf_cold":
         fresh_cold_dir(str(r))
-      run = measure(builders[p], batches, FLAGS.epochs if p in STEADY else 0, FLAGS.min_seconds)
+      run = measure(builders[p], batches, FLAGS.epochs if is_steady(p) else 0,
+                    FLAGS.min_seconds)
       # The cold pass writes its split on a background thread as epoch 1 ends
       # (training goes on meanwhile); let it end here, outside any timing,
       # rather than in the next pipeline's.
@@ -265,6 +273,21 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   if "audioclf_augment" in builders:
     runs["demo_train"] = [demo_training(name, data_params) for _ in range(FLAGS.repeats)]
   return runs
+
+
+def _augment_builders(params: audioclf.Params) -> dict[str, Callable[[], tf.data.Dataset]]:
+  """audioclf_augment (every augmentation of --augmentations), and with --augment_each each alone."""
+  sets = {"audioclf_augment": FLAGS.augmentations}
+  if FLAGS.augment_each:
+    sets.update({f"augment_{a}": [a] for a in FLAGS.augmentations})
+  builders = {}
+  for pipeline, names in sets.items():
+    changed = params
+    for augmentation in names:
+      changed = changed.replace(**AUGMENTATIONS[augmentation])
+    fill_lib.fill(changed, ("train",))  # Untimed: the clips and the recordings.
+    builders[pipeline] = functools.partial(audioclf.input_fn, changed, "train")
+  return builders
 
 
 def demo_training(name: str, params: audioclf.Params) -> Run:
@@ -357,12 +380,16 @@ def _cold_root() -> str:
   return os.path.join(FLAGS.out_dir, "cold")
 
 
+def is_steady(pipeline: str) -> bool:
+  return pipeline in STEADY or pipeline.startswith("augment_")
+
+
 def examples_per_s(pipeline: str, run: Run) -> float:
-  return run.steady_examples_per_s if pipeline in STEADY else run.first_epoch_examples_per_s
+  return run.steady_examples_per_s if is_steady(pipeline) else run.first_epoch_examples_per_s
 
 
 def cpu_us(pipeline: str, run: Run) -> float:
-  return run.steady_cpu_us if pipeline in STEADY else run.first_epoch_cpu_us
+  return run.steady_cpu_us if is_steady(pipeline) else run.first_epoch_cpu_us
 
 
 def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[dict]]:
@@ -381,8 +408,9 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
         "cpu_us_per_example": statistics.median(cpu_us(p, r) for r in rs),
         "measured_over": ("short run vs its limit" if p.startswith("short_") else
                           "training steps" if p == "demo_train" else
-                          "steady state" if p in STEADY else "first epoch"),
+                          "steady state" if is_steady(p) else "first epoch"),
         "ratio_to_in_memory": ratio,
+        "ratio_to_demo_train": _ratio(runs, p, "demo_train") if _augmented(p) else None,
         "first_batch_s": statistics.median(r.first_batch_s for r in rs),
         "runs": [dataclasses.asdict(r) for r in rs],
     })
@@ -405,8 +433,7 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
                     "want": f"<= {TARGET_SHORT_RUN_RATIO} x the in-memory limit's time",
                     "pass": v <= TARGET_SHORT_RUN_RATIO})
   if "audioclf_augment" in runs and "demo_train" in runs:
-    v = statistics.median(examples_per_s("audioclf_augment", a) / examples_per_s("demo_train", b)
-                          for a, b in zip(runs["audioclf_augment"], runs["demo_train"]))
+    v = _ratio(runs, "audioclf_augment", "demo_train")
     targets.append({"workload": name, "target": "augment_vs_training", "value": v,
                     "want": f">= {TARGET_AUGMENT_RATIO:g} x the demo CNN's training rate",
                     "pass": v >= TARGET_AUGMENT_RATIO})
@@ -417,22 +444,42 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
   return rows, targets
 
 
-def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> None:
-  print(f"\naudioclf input pipelines: batch {params.batch_size}, {params.clip_seconds:g} s clips "
-        f"at {params.sample_rate} Hz, soxr {params.resample_quality}; {os.cpu_count()} CPU cores, "
-        f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
-  print(f"{'workload':8s}  {'pipeline':16s}  {'examples/s':>10s}  {'vs in-memory':>12s}  "
-        f"{'first batch s':>13s}  {'CPU us/ex':>9s}  measured over")
+def _augmented(pipeline: str) -> bool:
+  return pipeline == "audioclf_augment" or pipeline.startswith("augment_")
+
+
+def _ratio(runs: dict[str, list[Run]], pipeline: str, other: str) -> Optional[float]:
+  """The median over rounds of pipeline's examples/s over other's in the same round."""
+  if other not in runs:
+    return None
+  return statistics.median(examples_per_s(pipeline, a) / examples_per_s(other, b)
+                           for a, b in zip(runs[pipeline], runs[other]))
+
+
+def report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> str:
+  """The tables and target verdicts, as printed (and written with --measured)."""
+  lines = [f"audioclf input pipelines: batch {params.batch_size}, {params.clip_seconds:g} s "
+           f"clips at {params.sample_rate} Hz, soxr {params.resample_quality}; "
+           f"{os.cpu_count()} CPU cores, TF {tf.__version__}; medians of {FLAGS.repeats} rounds",
+           "```",
+           f"{'workload':8s}  {'pipeline':16s}  {'examples/s':>10s}  {'vs in-memory':>12s}  "
+           f"{'first batch s':>13s}  {'CPU us/ex':>9s}  measured over"]
   for row in rows:
     ratio = row["ratio_to_in_memory"]
     ratio_s = f"{ratio:.3f}" if ratio is not None else "-"
-    print(f"{row['workload']:8s}  {row['pipeline']:16s}  {row['examples_per_s']:10,.0f}  "
-          f"{ratio_s:>12s}  {row['first_batch_s']:13.3f}  {row['cpu_us_per_example']:9.0f}  "
-          f"{row['measured_over']}")
-  print()
-  for t in targets:
-    print(f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:17s} "
-          f"{t['value']:.3f} (want {t['want']})")
+    lines.append(f"{row['workload']:8s}  {row['pipeline']:16s}  {row['examples_per_s']:10,.0f}  "
+                 f"{ratio_s:>12s}  {row['first_batch_s']:13.3f}  "
+                 f"{row['cpu_us_per_example']:9.0f}  {row['measured_over']}")
+  augmented = [row for row in rows if row["ratio_to_demo_train"] is not None]
+  if augmented:
+    lines += ["", f"augmentations: examples/s over the demo CNN's training examples/s "
+                  f"(target >= {TARGET_AUGMENT_RATIO:g}; {', '.join(FLAGS.augmentations)})"]
+    lines += [f"{row['workload']:8s}  {row['pipeline']:16s}  {row['ratio_to_demo_train']:6.2f}"
+              for row in augmented]
+  lines.append("")
+  lines += [f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:17s} "
+            f"{t['value']:.3f} (want {t['want']})" for t in targets]
+  return "\n".join(lines + ["```"])
 
 
 def main(argv):
@@ -447,6 +494,7 @@ def main(argv):
     if a not in AUGMENTATIONS:
       raise app.UsageError(f"--augmentations: unknown {a!r}; known: {list(AUGMENTATIONS)}")
   params = command_flags.params_from_flags()
+  load_before = measured.load()
   if os.path.exists(_cold_root()):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")
     shutil.rmtree(_cold_root(), ignore_errors=True)
@@ -458,9 +506,14 @@ def main(argv):
       rows += r
       targets += t
   shutil.rmtree(_cold_root(), ignore_errors=True)
-  print_report(rows, targets, params)
+  text = report(rows, targets, params)
+  print("\n" + text.replace("```\n", "").replace("\n```", ""))
   if FLAGS.json:
     benchdata.write_json(FLAGS.json, params, rows, targets)
+  if FLAGS.measured:
+    command = "python tools/bench_input.py " + " ".join(sys.argv[1:])
+    print("wrote", measured.write("bench_input", "Input pipelines (tools/bench_input.py)", command,
+                                  text, {"rows": rows, "targets": targets}, load_before))
 
 
 if __name__ == "__main__":
