@@ -499,7 +499,9 @@ def main(argv):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")
     shutil.rmtree(_cold_root(), ignore_errors=True)
   rows, targets = [], []
-  total = len(FLAGS.workloads) * len(FLAGS.pipelines) * FLAGS.repeats
+  each = FLAGS.augment_each and "audioclf_augment" in FLAGS.pipelines
+  each = len(FLAGS.augmentations) if each else 0
+  total = len(FLAGS.workloads) * (len(FLAGS.pipelines) + each) * FLAGS.repeats
   with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
     for name in FLAGS.workloads:
       r, t = summarize(name, bench_workload(name, params, bar))
@@ -513,7 +515,7 @@ def main(argv):
   if FLAGS.measured:
     command = "python tools/bench_input.py " + " ".join(sys.argv[1:])
     print("wrote", measured.write("bench_input", "Input pipelines (tools/bench_input.py)", command,
-                                  text, {"rows": rows, "targets": targets}, load_before))
+                                  "\n" + text, {"rows": rows, "targets": targets}, load_before))
 
 
 if __name__ == "__main__":
