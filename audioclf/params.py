@@ -248,7 +248,7 @@ class Params:
       Rule(gt=0, le=4, size=2, why="min,max factors; 1 keeps the tempo"), data=True)
   pitch_tempo_prob: float = _field(
       1.0, "Training, with --pitch_shift_semitones or --tempo_perturb: chance that an example "
-      "goes through the phase vocoder (0.4-0.7 ms of CPU per second of audio: the costliest "
+      "goes through the phase vocoder (about 1 ms of CPU per second of audio: the costliest "
       "augmentation; the others take its factors as 1).", Rule(ge=0, le=1), data=True)
   reverb_prob: float = _field(
       0.0, "Training: chance of convolving an example with a room impulse response (--rir_dir, "

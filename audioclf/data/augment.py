@@ -85,7 +85,7 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
   as librosa's phase_vocoder), then resynthesised by overlap-add. The clip
   keeps its length: zeros where the stretched clip ends early. Rate 1 gives
   the clip back (to float rounding). Its cost is the STFT and its inverse,
-  about 0.3 ms of CPU per second of audio.
+  about 1 ms of CPU per second of audio (tools/bench_input.py --augment_each).
   """
   n = waves.shape[-1]
   hop = frame_length // 4
