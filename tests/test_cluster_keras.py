@@ -132,7 +132,7 @@ MIRRORED = textwrap.dedent("""
     with strategy.scope():
       spread, _, _ = model_dir_lib.load_model(params.model_dir, params)
     evaluation = keras_engine._evaluation(strategy, params, manifest)
-    compat.fit_under(spread, strategy, keras_engine._batch_spec(params))
+    compat.fit_under(spread, strategy, pipeline.element_spec(params, "eval", 3))
     with strategy.scope():
       spread = spread.evaluate(evaluation["x"], steps=evaluation["steps"], return_dict=True,
                                verbose=0)

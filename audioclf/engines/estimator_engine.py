@@ -1,4 +1,4 @@
-"""The Estimator engine: model_to_estimator on the same compiled model, run by train_and_evaluate."""
+"""The Estimator engine: model_to_estimator of the compiled model, run by train_and_evaluate."""
 
 from __future__ import annotations
 
@@ -183,27 +183,36 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   if task is not None and task.type == "ps":
     _serve(task)
     return None
-  if task is not None and task.num_workers > 1 and not task.cluster.get("ps"):
+  _check_cluster(params, task)
+  return _Run(params, manifest, task).train()
+
+
+def _check_cluster(params: Params, task: Optional[cluster_lib.Task]) -> None:
+  if task is None:
+    return
+  if task.num_workers > 1 and not task.cluster.get("ps"):
     raise ValueError("the Estimator trains on several workers through parameter servers, and "
                      f"TF_CONFIG's cluster has none: {task.cluster}. Add ps tasks "
                      "(python -m audioclf launch --ps=1).")
-  if task is not None and params.early_stopping_patience:
+  if params.early_stopping_patience:
     # Its evaluator alone would know when to stop, and no task tells the others.
     raise ParamError(f"--early_stopping_patience={params.early_stopping_patience}: the "
                      "Estimator stops early when it trains in one process, not in a cluster; "
                      "drop it there (--keep_best still keeps the best checkpoint), or use "
                      "--engine=keras")
-  chief = task is None or task.is_chief
+
+
+def _estimator(params: Params, manifest: Manifest) -> tf.estimator.Estimator:
+  """model_to_estimator of the run's compiled model, checkpointing every eval_every_steps."""
   # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
   # model_to_estimator warm-starts the Estimator from them.
   keras.utils.set_random_seed(params.seed)
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
                                class_counts=manifest.label_counts("train"))
-  every = params.eval_every_steps or params.train_steps
   config = tf.estimator.RunConfig(
       model_dir=params.model_dir,
       tf_random_seed=params.seed,
-      save_checkpoints_steps=every,
+      save_checkpoints_steps=params.eval_every_steps or params.train_steps,
       keep_checkpoint_max=model_dir_lib.KEEP_CHECKPOINTS,
       save_summary_steps=params.log_every_steps or None,
       log_step_count_steps=params.log_every_steps or None,
@@ -211,34 +220,44 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       experimental_max_worker_delay_secs=0)
   # The default checkpoint_format="checkpoint" saves object-based checkpoints
   # keyed like the Keras model's own, which model_dir.load_model restores.
-  estimator = keras.estimator.model_to_estimator(keras_model=model, config=config)
+  return keras.estimator.model_to_estimator(keras_model=model, config=config)
 
-  # The Estimator calls each input_fn inside its own graph; the features key
-  # "waveform" is matched to the Keras Input of that name.
-  def eval_input(split="validation"):
-    return lambda: input_fn(params, "eval", split=split, manifest=manifest)
 
-  latest = tf.train.latest_checkpoint(params.model_dir)
-  start_step = model_dir_lib.checkpoint_step(latest) if latest else 0
-  # Locally this process evaluates; in a cluster, the evaluator task does.
-  best = best_lib.tracker(params, write=task is None or task.type == "evaluator")
-  clock = training_clock(steps_to_run=params.train_steps - start_step)
-  meter = StallMeter()
-  device = prefetch_device(params)
-  shard = None
-  if params.data_service:
-    dataservice.check_workers(params, manifest)  # Eagerly: train_input runs in a graph.
-  if task is not None and task.type != "evaluator":
-    shard = (task.worker_id, task.num_workers)
-    # A worker reads its share of the train split from the cache: fill it
-    # first (a no-op where it is there; concurrent fills are safe).
-    fill_cache(params, manifest, splits=("train",))
+class _Run:
+  """One process's part of an Estimator run: a training task, or an evaluator."""
 
-  def train_input():
+  def __init__(self, params: Params, manifest: Manifest, task: Optional[cluster_lib.Task]):
+    self.params, self.manifest, self.task = params, manifest, task
+    self.chief = task is None or task.is_chief
+    self.estimator = _estimator(params, manifest)
+    self.latest = tf.train.latest_checkpoint(params.model_dir)
+    self.start_step = model_dir_lib.checkpoint_step(self.latest) if self.latest else 0
+    # Locally this process evaluates; in a cluster, the evaluator task does.
+    self.best = best_lib.tracker(params, write=task is None or task.type == "evaluator")
+    self.clock = training_clock(steps_to_run=params.train_steps - self.start_step)
+    self.meter = StallMeter()
+    self.shard = None
+    if params.data_service:
+      dataservice.check_workers(params, manifest)  # Eagerly: train_input runs in a graph.
+    if task is not None and task.type != "evaluator":
+      self.shard = (task.worker_id, task.num_workers)
+      # A worker reads its share of the train split from the cache: fill it
+      # first (a no-op where it is there; concurrent fills are safe).
+      fill_cache(params, manifest, splits=("train",))
+
+  def eval_input(self, split: str = "validation"):
+    # The Estimator calls each input_fn inside its own graph; the features key
+    # "waveform" is matched to the Keras Input of that name.
+    return lambda: input_fn(self.params, "eval", split=split, manifest=self.manifest)
+
+  def train_input(self) -> tf.data.Dataset:
     # The seed offset is the step training starts from, read here rather than
     # from the global step in the graph: in a cluster that variable lives on a
-    # ps, and no input op may be placed there.
-    ds = metered_train_input(params, manifest, meter, seed_offset=start_step, shard=shard)
+    # ps, and no input op may be placed there. The probe goes in here too: the
+    # Estimator builds the dataset in its own graph.
+    ds = metered_train_input(self.params, self.manifest, self.meter,
+                             seed_offset=self.start_step, shard=self.shard)
+    device = prefetch_device(self.params)
     if device:
       # The last transformation: the next batches wait on the device. The
       # Estimator's initializable iterator is colocated with the dataset's
@@ -246,61 +265,73 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
       ds = ds.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
     return ds
 
-  if start_step < params.train_steps and not (best and best.exhausted):
-    if task is not None and task.type == "worker" and latest is None:
+  def train(self) -> Optional[Result]:
+    """Trains (or, where training is over, evaluates); the Result, or None on a worker."""
+    params, task = self.params, self.task
+    if self.start_step < params.train_steps and not (self.best and self.best.exhausted):
+      outcome = self._train_and_evaluate()
+      if outcome is None or isinstance(outcome, Result):
+        return outcome  # A worker's None, or the evaluator task's result.
+      validation = outcome
+    elif task is not None and not self.chief:
+      return None
+    else:
+      # Estimator.train would not see that max_steps is reached: it looks for a
+      # variable named "global_step", and object-based checkpoints call it
+      # "estimator_global_step/...". It would run one more step.
+      logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
+                   params.model_dir, self.start_step, params.train_steps,
+                   ", stopped early" if self.start_step < params.train_steps else "")
+      validation = self.estimator.evaluate(self.eval_input())
+    return self._result(validation)
+
+  def _train_and_evaluate(self):
+    """train_and_evaluate: the validation metrics, the evaluator's Result, or None (a worker)."""
+    params, task = self.params, self.task
+    if task is not None and task.type == "worker" and self.latest is None:
       _wait_for_chief(params.model_dir)
     # The stall hook begins and ends the meter's steps; the saving listener
     # ends a step that saves before the checkpoint and its evaluation, for the
     # meter as for the clock, so neither counts evaluation as a training step.
     # Only the chief writes summaries into model_dir.
     count = StepClock()  # This task's own steps (in a cluster the global step counts all tasks').
-    hooks = [EstimatorClockHook([clock, count]),
-             EstimatorStallHook(meter, params.model_dir if chief else None,
+    hooks = [EstimatorClockHook([self.clock, count]),
+             EstimatorStallHook(self.meter, params.model_dir if self.chief else None,
                                 every_steps=stall_log_every(params))]
-    if best and best.patience:
-      hooks.append(_StopEarly(best))
+    if self.best and self.best.patience:
+      hooks.append(_StopEarly(self.best))
     last = _LastEvaluation()
-    exporters = [last] + ([_KeepBest(best)] if best else [])
     outcome = tf.estimator.train_and_evaluate(
-        estimator,
-        # The probe goes in inside the input_fn: the Estimator builds the
-        # dataset in its own graph.
-        tf.estimator.TrainSpec(train_input,
-                               max_steps=params.train_steps, hooks=hooks,
-                               saving_listeners=[_EndStepBeforeSave([clock, meter])]),
+        self.estimator,
+        tf.estimator.TrainSpec(self.train_input, max_steps=params.train_steps, hooks=hooks,
+                               saving_listeners=[_EndStepBeforeSave([self.clock, self.meter])]),
         # Locally, throttle_secs=0 evaluates every checkpoint (their spacing is
         # the schedule); an evaluator task looks for a new one every second.
-        tf.estimator.EvalSpec(eval_input(), steps=None, throttle_secs=1 if task else 0,
-                              start_delay_secs=0, exporters=exporters))
+        tf.estimator.EvalSpec(self.eval_input(), steps=None, throttle_secs=1 if task else 0,
+                              start_delay_secs=0,
+                              exporters=[last] + ([_KeepBest(self.best)] if self.best else [])))
     if task is None:
-      validation, _ = outcome
-    else:  # train_and_evaluate returns nothing on a cluster's tasks.
-      if task.type == "evaluator":
-        return _evaluator_result(last.metrics, params)
-      if not chief:
-        logging.info("audioclf: %s:%d ran %d training steps", task.type, task.index,
-                     count.steps)
-        return None
-      validation = estimator.evaluate(eval_input())
-  elif task is not None and not chief:
-    return None
-  else:
-    # Estimator.train would not see that max_steps is reached: it looks for a
-    # variable named "global_step", and object-based checkpoints call it
-    # "estimator_global_step/...". It would run one more step.
-    logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
-                 params.model_dir, start_step, params.train_steps,
-                 ", stopped early" if start_step < params.train_steps else "")
-    validation = estimator.evaluate(eval_input())
-  test = estimator.evaluate(eval_input("test"), name="test") if has_split(manifest, "test") else None
-  steps = int(validation["global_step"])
-  if task is not None and best:
-    # What the evaluator task has kept so far: it may still evaluate the last checkpoint.
-    best = best_lib.tracker(params, write=False)
-  return Result(
-      steps=steps,
-      validation=metric_values(validation),
-      test=metric_values(test) if test is not None else None,
-      examples_per_sec=clock.examples_per_sec(params.batch_size),
-      input_stall_fraction=stall_fraction(meter),
-      **selection(best, steps, params))
+      return outcome[0]
+    # train_and_evaluate returns nothing on a cluster's tasks.
+    if task.type == "evaluator":
+      return _evaluator_result(last.metrics, params)
+    if not self.chief:
+      logging.info("audioclf: %s:%d ran %d training steps", task.type, task.index, count.steps)
+      return None
+    return self.estimator.evaluate(self.eval_input())
+
+  def _result(self, validation: dict) -> Result:
+    params, best = self.params, self.best
+    test = (self.estimator.evaluate(self.eval_input("test"), name="test")
+            if has_split(self.manifest, "test") else None)
+    steps = int(validation["global_step"])
+    if self.task is not None and best:
+      # What the evaluator task has kept so far: it may still evaluate the last checkpoint.
+      best = best_lib.tracker(params, write=False)
+    return Result(
+        steps=steps,
+        validation=metric_values(validation),
+        test=metric_values(test) if test is not None else None,
+        examples_per_sec=self.clock.examples_per_sec(params.batch_size),
+        input_stall_fraction=stall_fraction(self.meter),
+        **selection(best, steps, params))

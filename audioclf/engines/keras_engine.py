@@ -251,47 +251,15 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
                                class_counts=manifest.label_counts("train"))
   compat.fit_under(model, strategy, element_spec(params, "train", len(manifest.labels)))
-  # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
-  # model_dir.load_model reads both engines' checkpoints the same way.
-  checkpoint = tf.train.Checkpoint(model)
-  manager = _Checkpoints(checkpoint, params.model_dir, chief)
-  if manager.latest_checkpoint:
-    # v2 optimizers make their slots on the first step; make them now, so the
-    # restore fills them at once and can check that everything matched.
-    model.optimizer.build(model.trainable_variables)
-    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-    logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
+  manager = _restore(model, params, chief)
   step = int(model.optimizer.iterations.numpy())
   best = best_lib.tracker(params, write=chief)
-
   clock = training_clock(steps_to_run=params.train_steps - step)
   meter = StallMeter()
   validation = _evaluation(strategy, params, manifest)
   if step < params.train_steps and not (best and best.exhausted):
-    every = params.eval_every_steps or params.train_steps
-    # Epochs count from the global step, so TensorBoard's epoch summaries of a
-    # resumed run carry on where the last one stopped.
-    initial_epoch = step // every
-    history = keras_loop.fit(
-        model,
-        # A resumed run continues the shuffle sequence instead of replaying its start.
-        _input(strategy, params, lambda p, shard: metered_train_input(
-            p, manifest, meter, seed_offset=step, shard=shard)),
-        steps_per_epoch=every,
-        initial_epoch=initial_epoch,
-        epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
-        meter=meter,
-        clocks=[clock],
-        train_steps=params.train_steps,
-        save=manager.save,  # A checkpoint at the global step, every epoch.
-        # Only the chief writes summaries into model_dir.
-        stall_log_dir=os.path.join(params.model_dir, "train") if chief else None,
-        stall_log_every=stall_log_every(params),
-        tensorboard_dir=params.model_dir if chief else None,
-        tensorboard_update_freq=params.log_every_steps or "epoch",
-        validation_data=validation["x"],
-        validation_steps=validation["steps"],
-        callbacks=[_KeepBest(best, manager)] if best else [])
+    history = _fit(model, params, manifest, strategy, chief, manager, best, clock, meter,
+                   validation)
     # The last epoch's validation ran on the final weights.
     validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
   else:
@@ -312,3 +280,48 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
       examples_per_sec=clock.examples_per_sec(params.batch_size),
       input_stall_fraction=stall_fraction(meter),
       **selection(best, steps, params))
+
+
+def _restore(model: keras.Model, params: Params, chief: bool) -> "_Checkpoints":
+  """The run's checkpoint writer, `model` restored from model_dir's latest checkpoint if any."""
+  # Rooted at the model, so the keys are model.save_weights' and the Estimator's:
+  # model_dir.load_model reads both engines' checkpoints the same way.
+  checkpoint = tf.train.Checkpoint(model)
+  manager = _Checkpoints(checkpoint, params.model_dir, chief)
+  if manager.latest_checkpoint:
+    # v2 optimizers make their slots on the first step; make them now, so the
+    # restore fills them at once and can check that everything matched.
+    model.optimizer.build(model.trainable_variables)
+    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
+  return manager
+
+
+def _fit(model, params: Params, manifest: Manifest, strategy, chief: bool, manager, best,
+         clock, meter: StallMeter, validation: dict) -> keras.callbacks.History:
+  """keras_loop.fit from the model's step to train_steps, an epoch every eval_every_steps."""
+  step = int(model.optimizer.iterations.numpy())
+  every = params.eval_every_steps or params.train_steps
+  # Epochs count from the global step, so TensorBoard's epoch summaries of a
+  # resumed run carry on where the last one stopped.
+  initial_epoch = step // every
+  return keras_loop.fit(
+      model,
+      # A resumed run continues the shuffle sequence instead of replaying its start.
+      _input(strategy, params, lambda p, shard: metered_train_input(
+          p, manifest, meter, seed_offset=step, shard=shard)),
+      steps_per_epoch=every,
+      initial_epoch=initial_epoch,
+      epochs=initial_epoch + math.ceil((params.train_steps - step) / every),
+      meter=meter,
+      clocks=[clock],
+      train_steps=params.train_steps,
+      save=manager.save,  # A checkpoint at the global step, every epoch.
+      # Only the chief writes summaries into model_dir.
+      stall_log_dir=os.path.join(params.model_dir, "train") if chief else None,
+      stall_log_every=stall_log_every(params),
+      tensorboard_dir=params.model_dir if chief else None,
+      tensorboard_update_freq=params.log_every_steps or "epoch",
+      validation_data=validation["x"],
+      validation_steps=validation["steps"],
+      callbacks=[_KeepBest(best, manager)] if best else [])

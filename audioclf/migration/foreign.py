@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Any, Optional, Union
 
 import tensorflow as tf
@@ -220,28 +218,23 @@ def _copy(targets: list, sources: list, what: str) -> None:
 
 def _write(to_model_dir: str, team, record: dict[str, Any], audio: Optional[dict[str, Any]],
            step: int) -> None:
-  """Writes everything into a folder beside the target, renamed into place: whole or not at all."""
-  parent = os.path.dirname(os.path.abspath(to_model_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".migrate-", dir=parent)
-  try:
-    team.save(os.path.join(tmp, KERAS_FILE))
-    with open(os.path.join(tmp, RECORD_FILE), "w") as f:
+  """The .keras file, the record and (with data) the model_dir: whole or not at all."""
+
+  def write(folder: str) -> None:
+    team.save(os.path.join(folder, KERAS_FILE))
+    with open(os.path.join(folder, RECORD_FILE), "w") as f:
       json.dump(record, f, indent=2)
       f.write("\n")
     if audio is not None:
       params = audio["params"]
-      model_dir_lib.prepare(params.replace(model_dir=tmp), audio["labels"])
-      model_dir_lib.write_params(tmp, params, migration=record)
-      model_dir_lib.checkpoint_manager(tf.train.Checkpoint(audio["model"]), tmp).save(
+      model_dir_lib.prepare(params.replace(model_dir=folder), audio["labels"])
+      model_dir_lib.write_params(folder, params, migration=record)
+      model_dir_lib.checkpoint_manager(tf.train.Checkpoint(audio["model"]), folder).save(
           checkpoint_number=step)
-      to_flagfile(params, os.path.join(tmp, TRAIN_FLAGS), header=(
+      to_flagfile(params, os.path.join(folder, TRAIN_FLAGS), header=(
           f"python -m audioclf train --flagfile={os.path.join(to_model_dir, TRAIN_FLAGS)} "
           f"--train_steps=<more than {step}>\n"
           f"resumes the Estimator migrated from {record['from_model_dir']} at step {step}, "
           f"with {record['builder']}'s module on PYTHONPATH."))
-    if os.path.isdir(to_model_dir):
-      os.rmdir(to_model_dir)  # Empty, checked before.
-    os.rename(tmp, to_model_dir)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+
+  model_dir_lib.write_whole(to_model_dir, write)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import tensorflow as tf
@@ -43,23 +41,7 @@ def migrate(from_model_dir: str, to_model_dir: str,
       model_dir or has no checkpoint; to_model_dir is not empty; the
       checkpoint does not fit the model its params.json describes.
   """
-  if not compat.KERAS3:
-    raise MigrationError(f"audioclf migrate writes Keras 3 model_dirs: run it on "
-                         f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
-  if not os.path.isdir(from_model_dir):
-    raise MigrationError(f"--from_model_dir {from_model_dir!r} is not a folder")
-  try:
-    saved = model_dir_lib.read_params(from_model_dir)
-    labels = model_dir_lib.read_labels(from_model_dir)
-    stack = model_dir_lib.written_by(from_model_dir)
-  except model_dir_lib.ModelDirError as e:
-    raise MigrationError(f"--from_model_dir: {e}") from e
-  if int(stack["keras"]) != 2:
-    raise MigrationError(f"{from_model_dir!r} was written by the {stack['name']} stack (Keras "
-                         f"{stack['keras']}): it needs no migration")
-  if os.path.exists(to_model_dir) and (not os.path.isdir(to_model_dir) or os.listdir(to_model_dir)):
-    raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
-                         "model_dir and overwrites nothing; choose a new folder")
+  saved, labels, stack = _read_legacy(from_model_dir, to_model_dir)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
   best = model_dir_lib.best_record(from_model_dir)
   legacy_best = None
@@ -86,23 +68,43 @@ def migrate(from_model_dir: str, to_model_dir: str,
                           else ""),
       "best": {k: best[k] for k in ("metric", "value", "step")} if best else None,
   }
-  # Written beside the target and renamed into place: a failure leaves no half model_dir.
-  parent = os.path.dirname(os.path.abspath(to_model_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".migrate-", dir=parent)
-  try:
-    model_dir_lib.prepare(params.replace(model_dir=tmp), labels)
-    model_dir_lib.write_params(tmp, params, migration=record)
-    model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), tmp).save(
+
+  def write(folder: str) -> None:
+    model_dir_lib.prepare(params.replace(model_dir=folder), labels)
+    model_dir_lib.write_params(folder, params, migration=record)
+    model_dir_lib.checkpoint_manager(tf.train.Checkpoint(model), folder).save(
         checkpoint_number=legacy.step)
     if legacy_best is not None:
-      _write_best(tmp, best, _carry(params, labels, legacy_best, carry_optimizer_state)[0])
-    if os.path.isdir(to_model_dir):
-      os.rmdir(to_model_dir)  # Empty, checked above.
-    os.rename(tmp, to_model_dir)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+      _write_best(folder, best, _carry(params, labels, legacy_best, carry_optimizer_state)[0])
+
+  model_dir_lib.write_whole(to_model_dir, write)
   return {**record, "to_model_dir": to_model_dir}
+
+
+def _read_legacy(from_model_dir: str, to_model_dir: str):
+  """(params, labels, stack record) of a legacy model_dir, checked fit to migrate into to_model_dir.
+
+  Raises:
+    MigrationError: see migrate.
+  """
+  if not compat.KERAS3:
+    raise MigrationError(f"audioclf migrate writes Keras 3 model_dirs: run it on "
+                         f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
+  if not os.path.isdir(from_model_dir):
+    raise MigrationError(f"--from_model_dir {from_model_dir!r} is not a folder")
+  try:
+    saved = model_dir_lib.read_params(from_model_dir)
+    labels = model_dir_lib.read_labels(from_model_dir)
+    stack = model_dir_lib.written_by(from_model_dir)
+  except model_dir_lib.ModelDirError as e:
+    raise MigrationError(f"--from_model_dir: {e}") from e
+  if int(stack["keras"]) != 2:
+    raise MigrationError(f"{from_model_dir!r} was written by the {stack['name']} stack (Keras "
+                         f"{stack['keras']}): it needs no migration")
+  if os.path.exists(to_model_dir) and (not os.path.isdir(to_model_dir) or os.listdir(to_model_dir)):
+    raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
+                         "model_dir and overwrites nothing; choose a new folder")
+  return saved, labels, stack
 
 
 def _carry(params, labels, legacy: LegacyCheckpoint, carry_optimizer_state: bool):

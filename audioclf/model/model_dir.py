@@ -32,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Optional, Sequence
+import shutil
+import tempfile
+from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -356,3 +358,22 @@ def _write_text(path: str, text: str) -> None:
   with open(tmp, "w") as f:
     f.write(text)
   os.replace(tmp, path)
+
+
+def write_whole(path: str, write: Callable[[str], None]) -> None:
+  """write(folder) into a new folder beside `path`, then renamed to `path`: whole or not at all.
+
+  `path` must not exist, or be an empty folder. A failure (or a kill) leaves
+  no half-written model_dir behind: only a hidden temporary folder, removed
+  where the process lives to do it.
+  """
+  parent = os.path.dirname(os.path.abspath(path))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=".writing-", dir=parent)
+  try:
+    write(tmp)
+    if os.path.isdir(path):
+      os.rmdir(path)  # Empty, as the caller checked.
+    os.rename(tmp, path)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)

@@ -65,21 +65,9 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
   filled = pipeline.fill_cache(params, manifest)
   if filled:
     logging.info("audioclf: decoded %d files into the cache before the first trial", filled)
-
   hypermodel = AudioHyperModel(params, manifest)
   tuner = make_tuner(params, hypermodel, tune_dir)
-  # keras-tuner points a copy of this callback at tb/<trial id>/execution0 for
-  # each trial, and adds the HParams summary of the trial's values.
-  board = keras.callbacks.TensorBoard(os.path.join(tune_dir, TENSORBOARD), write_graph=False)
-  # Each trial traces a new model's functions, by design; TensorFlow's warning
-  # about frequent retracing would repeat after every trial and say nothing.
-  quiet = _DropRetracingWarnings()
-  tf.get_logger().addFilter(quiet)
-  try:
-    tuner.search(callbacks=[board], verbose=2 if verbose else 0)
-  finally:
-    tf.get_logger().removeFilter(quiet)
-
+  _search(tuner, tune_dir, verbose)
   trials = read_trials(tune_dir)
   completed = ranked(tuner.oracle.trials.values())
   if not completed:
@@ -87,12 +75,7 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
                        f"{tuner.project_dir}/trial_*/trial.json")
   best = completed[0]
   best_params = hypermodel.trial_params(best.hyperparameters)
-  best_flags = os.path.join(tune_dir, BEST_FLAGS)
-  params_lib.to_flagfile(best_params, best_flags, header=(
-      f"Best of {len(trials)} trials of the {params.tuner} search in {tune_dir}: "
-      f"{OBJECTIVE}={best.score:.4f} (trial {best.trial_id}).\n"
-      f"Train it again (add --train_steps=N to train longer):\n"
-      f"  python -m audioclf train --flagfile={best_flags} --model_dir=<new folder>"))
+  best_flags = _write_best_flags(best_params, best, params.tuner, len(trials), tune_dir)
   best_model = save_best_model(tuner, best, best_params, manifest,
                                os.path.join(tune_dir, BEST_MODEL))
   if verbose:
@@ -112,6 +95,33 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       "best_model": best_model,
       "tensorboard": os.path.join(tune_dir, TENSORBOARD),
   }
+
+
+def _search(tuner: kt.Tuner, tune_dir: str, verbose: int) -> None:
+  """tuner.search, each trial's TensorBoard logs under tb/, without TF's retracing warnings."""
+  # keras-tuner points a copy of this callback at tb/<trial id>/execution0 for
+  # each trial, and adds the HParams summary of the trial's values.
+  board = keras.callbacks.TensorBoard(os.path.join(tune_dir, TENSORBOARD), write_graph=False)
+  # Each trial traces a new model's functions, by design; TensorFlow's warning
+  # about frequent retracing would repeat after every trial and say nothing.
+  quiet = _DropRetracingWarnings()
+  tf.get_logger().addFilter(quiet)
+  try:
+    tuner.search(callbacks=[board], verbose=2 if verbose else 0)
+  finally:
+    tf.get_logger().removeFilter(quiet)
+
+
+def _write_best_flags(best_params: Params, best, tuner_name: str, trials: int,
+                      tune_dir: str) -> str:
+  """best.flags: the best trial's Params as a flagfile, its header saying how to train it again."""
+  best_flags = os.path.join(tune_dir, BEST_FLAGS)
+  params_lib.to_flagfile(best_params, best_flags, header=(
+      f"Best of {trials} trials of the {tuner_name} search in {tune_dir}: "
+      f"{OBJECTIVE}={best.score:.4f} (trial {best.trial_id}).\n"
+      f"Train it again (add --train_steps=N to train longer):\n"
+      f"  python -m audioclf train --flagfile={best_flags} --model_dir=<new folder>"))
+  return best_flags
 
 
 def save_best_model(tuner: kt.Tuner, trial: kt.engine.trial.Trial, params: Params,
