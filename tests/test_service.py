@@ -264,3 +264,22 @@ def test_a_server_says_whom_it_serves_and_listens_on_every_interface():
     _, stderr = dispatcher.proc.communicate(timeout=60)
   assert "listens on every network interface (port " + str(port) + ") with no authentication" \
       in stderr, stderr[-3000:]
+
+
+
+
+def test_training_from_a_dispatcher_that_is_not_there_is_a_clear_error(tmp_path):
+  # A tf.data service client would wait for it without end.
+  from test_cli import assert_one_error_line, run_command
+  from audioclf import Params  # pylint: disable=g-import-not-at-top
+  params = Params(data_dir=_id_dataset(tmp_path / "data", clips=16), validation_percent=25,
+                  cache_dir=str(tmp_path / "cache"), testing_percent=0, clip_seconds=0.5,
+                  batch_size=4, model_dir=str(tmp_path / "model"), train_steps=2)
+  pipeline.fill_cache(params, manifest_lib.load(params))
+  flagfile = str(tmp_path / "run.flags")
+  params_lib.to_flagfile(params, flagfile)
+  address = f"grpc://127.0.0.1:{cluster.free_ports(1)[0]}"
+  rc, err = run_command("train", f"--flagfile={flagfile}", f"--data_service={address}")
+  assert_one_error_line(rc, err, f"--data_service={address}: no tf.data service dispatcher "
+                        "answers there (Connection refused); start one with python -m audioclf "
+                        "service dispatcher --allow_remote_clients")

@@ -121,17 +121,20 @@ def test_trains_from_a_tf_data_service(data_flags, tmp_path):
   flagfile = tmp_path / "data.flags"
   flagfile.write_text("\n".join(flags) + "\n")
   port, worker_port = cluster.free_ports(2)
-  servers = [subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args], cwd=ROOT,
-                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+  servers = [subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args,
+                               "--allow_remote_clients"], cwd=ROOT, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for args in (["dispatcher", f"--port={port}"],
                           ["worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
                            "--worker_host=127.0.0.1", f"--flagfile={flagfile}"])]
   try:
+    said = []
     for line in iter(servers[1].stdout.readline, ""):  # Registered: its cache is full.
+      said.append(line)
       if "registered" in line:
         break
-    assert servers[1].poll() is None
+    else:
+      pytest.fail(f"the worker ended before it registered: {''.join(said)[-2000:]}")
     summary = last_json(audioclf("train", *flags, f"--model_dir={tmp_path / 'served'}",
                                  "--train_steps=6", "--eval_every_steps=6",
                                  f"--data_service=grpc://127.0.0.1:{port}"))

@@ -13,6 +13,7 @@ so the service reads the cache with native ops only.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Optional
 
 import tensorflow as tf
@@ -31,6 +32,21 @@ def check_address(address: str) -> str:
   if not DATA_SERVICE_ADDRESS.match(address or ""):
     raise ValueError(f"a tf.data service address is grpc://host:port, got {address!r}")
   return address
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+  """Raises DataError unless a server accepts connections at `address` (grpc://host:port).
+
+  A tf.data service client waits for its dispatcher without end; a run whose
+  dispatcher never started (or stopped) would hang instead of saying so.
+  """
+  host, port = check_address(address)[len("grpc://"):].rsplit(":", 1)
+  try:
+    socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+  except OSError as e:
+    raise DataError(f"--data_service={address}: no tf.data service dispatcher answers there "
+                    f"({e.strerror or e}); start one with python -m audioclf service dispatcher "
+                    "--allow_remote_clients") from e
 
 
 def distribute(dataset: tf.data.Dataset, address: str,
@@ -81,6 +97,7 @@ def check_workers(params: Params, manifest: Manifest, split: str = "train") -> N
     manifest.DataError: a worker has not published the split (it has not
       filled this cache), or its files differ; the message names them.
   """
+  check_reachable(params.data_service)
   path = _listing_path(params, split)
   probe = tf.data.Dataset.from_tensors(tf.constant(path)).map(tf.io.read_file).apply(
       tf.data.experimental.service.distribute(
