@@ -9,7 +9,10 @@ A command is a line of a ```sh block (a `\\` ends a line that goes on), its
 block's later commands; a block whose first line is `# legacy stack` runs on
 the legacy stack's venv only, the rest on every stack present (as if its venv
 were active: `python` is the venv's). `tools/demo.sh` and `tools/test.sh`
-themselves are not run again. Commands run from the repository root, one
+themselves are not run again. A block that names a venv's interpreter
+(`.venv/bin/python`, `.venv-legacy/bin/python`, as the docs write it for a
+reader whose venv is not active) runs once, as written; one that says plain
+`python` runs on each stack. Commands run from the repository root, one
 after another (a later one may read what an earlier one wrote), each within
 --timeout_s; the first failure stops the check with its output's end.
 """
@@ -79,6 +82,15 @@ def _drop_comment(line: str) -> str:
   return line.rstrip()
 
 
+def _stacks_of(block: list[str], present: list[str]) -> list[str]:
+  """The stacks a block runs on: each named venv's once, else the marked one, else every one."""
+  named = [stack for stack, venv in VENVS.items()
+           if any(re.search(rf"(^|[\s=]){re.escape(venv)}/bin/", line) for line in block)]
+  if named:  # Once: its commands name their interpreters. A named venv absent: skipped.
+    return ([s for s in named if s not in present] or named)[:1]
+  return ["legacy"] if block and block[0] == LEGACY_MARK else present
+
+
 def run(command: str, env: dict[str, str], stack: str, timeout_s: float) -> tuple[int, str, float]:
   venv_bin = os.path.join(ROOT, VENVS[stack], "bin")
   full_env = dict(os.environ, PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -104,7 +116,7 @@ def main() -> int:
   ran = 0
   for page in args.pages or pages():
     for block in blocks(page):
-      block_stacks = ["legacy"] if block and block[0] == LEGACY_MARK else stacks
+      block_stacks = _stacks_of(block, stacks)
       for env, command in commands(block):
         for stack in block_stacks:
           if stack not in stacks:
