@@ -85,7 +85,9 @@ def macs(model) -> int:
 
 
 def speeds(name: str, args: str, stacks: list[str]) -> dict:
-  """Median steps/s and CPU ms a step of each stack, over interleaved rounds."""
+  """Median steps/s and CPU ms a step of each stack, over interleaved rounds (none: {})."""
+  if not FLAGS.rounds:
+    return {}
   model_flags = (f"--model={name}", f"--model_args={args}", "--batch_size=64",
                  "--nospec_augment", "--learning_rate=0.003")
   runs = {s: [] for s in stacks}
@@ -109,7 +111,7 @@ def accuracy(name: str, args: str) -> dict:
   data/speech_words/_held_out), voices and rates beyond the training range.
   """
   model_dir = os.path.join(FLAGS.runs_dir, f"{name}-{args.replace(',', '-') or 'default'}")
-  summary = _audioclf("train", "--flagfile=flags/demo.flags", f"--model={name}",
+  summary = _finished(model_dir) or _audioclf("train", "--flagfile=flags/demo.flags", f"--model={name}",
                       f"--model_args={args}", f"--model_dir={model_dir}",
                       f"--train_steps={FLAGS.train_steps}")
   result = {"test_accuracy": summary["test_accuracy"], "train_seconds": summary["wall_seconds"],
@@ -120,6 +122,23 @@ def accuracy(name: str, args: str) -> dict:
                          f"--report_dir={model_dir}/eval_held_out")
     result["held_out_accuracy"] = held_out["accuracy"]
   return result
+
+
+def _finished(model_dir: str):
+  """The summary of a run in model_dir that already trained --train_steps, or None.
+
+  A rerun (say, to measure speeds on a quiet machine) keeps the accuracy runs;
+  delete runs/bench_models to train them again.
+  """
+  try:
+    with open(os.path.join(model_dir, "metrics.json")) as f:
+      summary = json.load(f)
+  except FileNotFoundError:
+    return None
+  if summary.get("steps") != FLAGS.train_steps:
+    return None
+  _log(f"  {model_dir}: trained before ({FLAGS.train_steps} steps), its figures reused")
+  return summary
 
 
 def _audioclf(*args) -> dict:
@@ -146,7 +165,7 @@ def table(rows: list[dict], stacks: list[str]) -> str:
   for r in rows:
     cells = [r["model"], f"`{r['args']}`" if r["args"] else "defaults", f"{r['parameters']:,}",
              f"{r['macs'] / 1e6:.1f}M"]
-    cells += [f"{r['speed'][s]['steps_per_s']:.2f}" for s in stacks]
+    cells += [f"{r['speed'][s]['steps_per_s']:.2f}" if s in r["speed"] else "-" for s in stacks]
     cells += [f"{r[k]:.3f}" if r.get(k) is not None else "-"
               for k in ("test_accuracy", "held_out_accuracy")]
     lines.append("| " + " | ".join(cells) + " |")

@@ -155,7 +155,8 @@ def run_round(python: str, result_path: str, model_flags=DEMO_FLAGS) -> dict:
   env = dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=FLAGS.timeout_s)
   if proc.returncode != 0:
-    raise RuntimeError(f"{python} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    raise RuntimeError(f"{python} exited {proc.returncode}:\n{proc.stdout[-1500:]}"
+                       f"{proc.stderr[-3000:]}")
   with open(result_path) as f:
     return json.load(f)
 
