@@ -98,6 +98,26 @@ def write_tone_dataset(root, labels=("low", "mid", "high"), per_label=12, sample
   return root
 
 
+class FakeTime:
+  """A clock for StepClock and StallMeter that moves only when a test moves it.
+
+  Steps then last exactly what the test says, however loaded the machine:
+
+    now = FakeTime()
+    clock = StepClock(clock=now)
+    clock.begin_step(); now.advance(0.25); clock.end_step()   # clock.seconds == 0.25
+  """
+
+  def __init__(self, start: float = 0.0):
+    self.seconds = start
+
+  def __call__(self) -> float:
+    return self.seconds
+
+  def advance(self, seconds: float) -> None:
+    self.seconds += seconds
+
+
 @pytest.fixture
 def tone_data(tmp_path):
   """A 3-class tone dataset in tmp_path/data (16 kHz PCM16, 0.5 s, 12 clips a class)."""
