@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -96,6 +97,42 @@ def write_tone_dataset(root, labels=("low", "mid", "high"), per_label=12, sample
       freq = freqs[label] * (1.0 + 0.02 * (i % 5))
       sf.write(path, tone(freq, seconds, sample_rate, seed=i), sample_rate, subtype=subtype)
   return root
+
+
+# The Estimators a team's own code built (tests/fixtures/foreign), and their builders' module.
+FOREIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "foreign")
+
+
+@pytest.fixture
+def team_models(monkeypatch):
+  """tests/fixtures/foreign's team_models, imported afresh and forgotten after.
+
+  tests/test_registry.py writes a module of that name of its own.
+  """
+  monkeypatch.syspath_prepend(FOREIGN)
+  sys.modules.pop("team_models", None)
+  yield "team_models"
+  sys.modules.pop("team_models", None)
+
+
+class FakeTime:
+  """A clock for StepClock and StallMeter that moves only when a test moves it.
+
+  Steps then last exactly what the test says, however loaded the machine:
+
+    now = FakeTime()
+    clock = StepClock(clock=now)
+    clock.begin_step(); now.advance(0.25); clock.end_step()   # clock.seconds == 0.25
+  """
+
+  def __init__(self, start: float = 0.0):
+    self.seconds = start
+
+  def __call__(self) -> float:
+    return self.seconds
+
+  def advance(self, seconds: float) -> None:
+    self.seconds += seconds
 
 
 @pytest.fixture

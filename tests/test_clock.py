@@ -1,48 +1,65 @@
 """The step clock and the Keras training loop every Keras run goes through (engine, tuner, benchmarks)."""
 
-import time
-
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from audioclf.engines.clock import StepClock, training_clock
 from audioclf.compat import keras
 from audioclf.engines import keras_loop
 from audioclf.engines.stall import StallMeter
+from conftest import FakeTime
 
 
-def _steps(clock, seconds):
+def _steps(clock, now, seconds):
+  """Runs one step of each of `seconds` on `clock`, whose time source is `now`."""
   for s in seconds:
     clock.begin_step()
-    time.sleep(s)
+    now.advance(s)
     clock.end_step()
 
 
 def test_clock_leaves_out_the_warmup_and_counts_only_inside_steps():
-  clock = StepClock(warmup_steps=2, keep_durations=True)
-  _steps(clock, [0.05, 0.0, 0.01, 0.01])
-  time.sleep(0.05)  # Between steps: not counted.
+  now = FakeTime()
+  clock = StepClock(warmup_steps=2, keep_durations=True, clock=now)
+  _steps(clock, now, [1.0, 0.0, 0.25, 0.25])
+  now.advance(1.0)  # Between steps: not counted.
   assert clock.end_step() is None  # No step open: a second hook ending it changes nothing.
-  assert clock.steps == 2 and 0.02 <= clock.seconds < 0.04
-  assert clock.first_step_s >= 0.05 and len(clock.durations) == 4
-  assert clock.examples_per_sec(8) == pytest.approx(8 * clock.steps_per_sec())
+  assert clock.steps == 2 and clock.seconds == 0.5
+  assert clock.first_step_s == 1.0 and clock.durations == [1.0, 0.0, 0.25, 0.25]
+  assert clock.steps_per_sec() == 4.0 and clock.examples_per_sec(8) == 32.0
   clock.reset()
   assert clock.steps == 0 and clock.steps_per_sec() is None and clock.examples_per_sec(8) is None
 
 
+def test_clock_keeps_no_durations_unless_asked():
+  now = FakeTime()
+  clock = StepClock(clock=now)
+  _steps(clock, now, [0.5])
+  assert clock.durations == [] and clock.first_step_s == 0.5 and clock.seconds == 0.5
+
+
 def test_clock_budget_stops_after_its_seconds_and_min_steps():
-  clock = StepClock(max_seconds=0.02, min_steps=3)
-  _steps(clock, [0.03])
+  now = FakeTime()
+  clock = StepClock(max_seconds=0.5, min_steps=3, clock=now)
+  _steps(clock, now, [0.75])
   assert not clock.stop  # Seconds spent, but fewer than min_steps measured.
-  _steps(clock, [0.0, 0.0])
+  _steps(clock, now, [0.0])
+  assert not clock.stop
+  _steps(clock, now, [0.0])
   assert clock.stop
+  exact = StepClock(max_seconds=0.5, clock=now)
+  _steps(exact, now, [0.25])
+  assert not exact.stop
+  _steps(exact, now, [0.25])
+  assert exact.stop  # Exactly the budget: spent.
   assert not StepClock().stop  # No budget: never.
 
 
 def test_training_clock_skips_at_most_half_a_short_run():
   clock = training_clock(steps_to_run=6)
-  _steps(clock, [0.0] * 6)
+  for _ in range(6):
+    clock.begin_step()
+    clock.end_step()
   assert clock.steps == 3
   assert training_clock(steps_to_run=100)._warmup_steps == 10  # pylint: disable=protected-access
 

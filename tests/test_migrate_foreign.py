@@ -26,10 +26,9 @@ from audioclf.migration.checkpoint import MigrationError
 from audioclf.migration.foreign import KERAS_FILE, RECORD_FILE, migrate_estimator
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
-from conftest import write_tone_dataset
+from conftest import FOREIGN, write_tone_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOREIGN = os.path.join(ROOT, "tests", "fixtures", "foreign")
 FIXTURES = ("spectrogram_cnn", "frames_gru", "raw_conv")
 STEPS = 20  # tools/make_foreign_estimators.py's.
 TOLERANCE = 1e-5  # Issue 16: predictions, and one more step where the optimizer state maps.

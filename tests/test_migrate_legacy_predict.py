@@ -1,26 +1,13 @@
 """audioclf.migration.legacy_predict: a team's Estimator's own probabilities, on the legacy stack."""
 
 import os
-import sys
 
 import numpy as np
 import pytest
 
 from audioclf.migration import legacy_predict
+from conftest import FOREIGN
 
-FOREIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "foreign")
-
-
-@pytest.fixture
-def team_models(monkeypatch):
-  """tests/fixtures/foreign's team_models, imported afresh and forgotten after.
-
-  tests/test_registry.py writes a module of that name of its own.
-  """
-  monkeypatch.syspath_prepend(FOREIGN)
-  sys.modules.pop("team_models", None)
-  yield "team_models"
-  sys.modules.pop("team_models", None)
 
 
 @pytest.mark.legacy_only

@@ -1,8 +1,5 @@
 """build_model / compile_model: the contract every engine, the tuner and export rely on."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,7 +11,6 @@ from audioclf.model import build as models
 from audioclf.model import registry
 from audioclf.params import ParamError
 
-FOREIGN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "foreign")
 PARAMS = Params(sample_rate=8000, clip_seconds=0.5, model_args={"width": 8}, n_mels=20)
 # Every built-in model, small: its own arguments at a size that builds in a second.
 SMALL = {"cnn": {"width": 8}, "ds_cnn": {"width": 8}, "bc_resnet": {"sub_bands": 1},
@@ -127,18 +123,6 @@ def test_optimizer_args_reach_the_optimizer_and_one_it_does_not_take_is_named():
   with pytest.raises(ParamError, match=r"^--optimizer_args=betas=1: SGD takes no argument "
                                        r"'betas'; it takes .*momentum"):
     models.make_optimizer(params.replace(optimizer_args={"betas": 1}))
-
-
-@pytest.fixture
-def team_models(monkeypatch):
-  """tests/fixtures/foreign's team_models, imported afresh and forgotten after.
-
-  tests/test_registry.py writes a module of that name of its own.
-  """
-  monkeypatch.syspath_prepend(FOREIGN)
-  sys.modules.pop("team_models", None)
-  yield "team_models"
-  sys.modules.pop("team_models", None)
 
 
 def test_optimizer_model_is_the_builders_own(team_models):

@@ -3,14 +3,13 @@
 import glob
 import json
 import os
-import time
 
 import pytest
 import tensorflow as tf
 
 from audioclf.compat import keras
 from audioclf.engines.stall import EstimatorStallHook, StallMeter
-from conftest import ENGINES, TRAIN_STEPS
+from conftest import ENGINES, TRAIN_STEPS, FakeTime
 
 TAG = "input/stall_fraction"
 
@@ -62,10 +61,13 @@ def _model():
 
 
 class _SlowSave(tf.compat.v1.train.CheckpointSaverListener):  # tf.estimator's, on every stack.
-  """Stands in for the evaluation train_and_evaluate runs after each checkpoint."""
+  """Stands in for the evaluation train_and_evaluate runs after each checkpoint: 1 s on `now`."""
+
+  def __init__(self, now):
+    self.now = now
 
   def after_save(self, session, global_step_value):
-    time.sleep(0.5)
+    self.now.advance(1.0)
 
 
 @pytest.mark.slow
@@ -76,13 +78,14 @@ def test_estimator_evaluation_is_no_training_step(tmp_path, end_before_save, cou
   # starts, inside a step, before the training hooks' after_run: only the
   # engine's listener keeps that time out of the meter.
   from audioclf.engines.estimator_engine import _EndStepBeforeSave  # pylint: disable=g-import-not-at-top
-  meter = StallMeter()
+  now = FakeTime()  # Moves only in the "evaluation": the steps themselves take no time on it.
+  meter = StallMeter(clock=now)
   config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=4,
                                   save_summary_steps=None, log_step_count_steps=None)
   est = keras.estimator.model_to_estimator(keras_model=_model(), config=config)
   listeners = [_EndStepBeforeSave([meter])] if end_before_save else []
   est.train(lambda: meter.attach(_dataset()), max_steps=13,
-            hooks=[EstimatorStallHook(meter)], saving_listeners=listeners + [_SlowSave()])
+            hooks=[EstimatorStallHook(meter)], saving_listeners=listeners + [_SlowSave(now)])
   assert meter.steps == 12
-  # Saves inside steps 4, 8 and 12: 1.5 s of "evaluation"; the 12 steps alone take ~0.05 s.
-  assert (meter.step_s > 0.75) == counted, meter.step_s
+  # Saves inside steps 4, 8 and 12 (and before the first and after the last, outside any step).
+  assert meter.step_s == (3.0 if counted else 0.0)

@@ -62,11 +62,12 @@ def exit_if_help(argv: Sequence[str], doc: str) -> None:
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
-        doc: str = "") -> None:
+        doc: str = "", arguments: bool = False) -> None:
   """absl's app.run(main, argv) for an audioclf command: errors a user can fix end it in one line.
 
   `--help` prints `doc` (the command module's docstring) and the command's
-  flags, and exits 0.
+  flags, and exits 0. A command that takes no `arguments` (only predict
+  takes some: its files) refuses any with app.UsageError before `main` runs.
 
   Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
   on stderr and exits with status 1; Ctrl-C prints `audioclf: interrupted...`
@@ -86,6 +87,8 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
     quiet.quiet_logging(argv)
     traceback_wanted = os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
+      if not arguments and len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
       return main(argv)
     except KeyboardInterrupt:
       if traceback_wanted:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
@@ -28,8 +28,6 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.deploy.evaluate import evaluate
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   results = evaluate(FLAGS.model_dir, FLAGS.split, command_flags.params_for_model_dir(),
                      saved_model=FLAGS.saved_model, report_dir=FLAGS.report_dir,
                      checkpoint=FLAGS.checkpoint, group_by=FLAGS.group_by)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
@@ -29,8 +29,6 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.deploy import tflite
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   params = command_flags.params_for_model_dir()
   chosen = model_dir.choose_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
   if FLAGS.format == "tflite":

@@ -22,7 +22,7 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
-from absl import app, flags
+from absl import flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
@@ -79,8 +79,6 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.migration import parity
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   # --model (a Params flag, default cnn) given says whose model: else params.json's.
   result = _team_estimator() if FLAGS["model"].present else _own_model_dir()
   _say("not carried", result["not_carried"])

@@ -91,7 +91,7 @@ def _write_output(path: str, results: list[dict]) -> None:
 def run(argv: Optional[Sequence[str]] = None) -> None:
   command_flags.define_model_dir_flags()
   flags.mark_flag_as_required("model_dir")
-  cli.run(main, argv, __doc__)
+  cli.run(main, argv, __doc__, arguments=True)
 
 
 if __name__ == "__main__":

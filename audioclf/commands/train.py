@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from absl import app
-
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
 
@@ -23,8 +21,6 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.engines.train import train
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   metrics = train(command_flags.params_from_flags())
   print(model_dir.summary_line(metrics), flush=True)
 

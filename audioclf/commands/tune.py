@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from absl import app
-
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
 
@@ -23,8 +21,6 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.model import model_dir
   from audioclf.tuning.search import tune
   # pylint: enable=g-import-not-at-top
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   summary = tune(command_flags.params_from_flags())
   print(model_dir.summary_line(summary), flush=True)
 

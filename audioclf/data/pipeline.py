@@ -17,6 +17,7 @@ and their checks are `store`, decoding and writing a split is `fill`.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 from typing import Callable, Optional, Sequence, Union
@@ -86,81 +87,127 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
   params.validate()
   manifest = manifest or manifest_lib.load(params)
-  split = split or _DEFAULT_SPLIT[mode]
-  examples = manifest.split(split)
-  source = params.manifest or params.data_dir
-  if not examples:
-    raise manifest_lib.DataError(
-        f"the {split!r} split of {source} is empty "
-        f"({manifest.counts()}); add files or adjust validation/testing percentages")
+  rows = _SplitRows.of(params, manifest, split or _DEFAULT_SPLIT[mode])
   training = mode == "train"
-  # The split's files are rows 0 .. len(files) - 1 (what the cache holds); its
-  # virtual _silence_ clips follow them, rows of no samples.
-  files = manifest.files(split)
-  silence = manifest.label_id(manifest_lib.SILENCE) if len(files) < len(examples) else None
-  labels = np.asarray([manifest.label_id(e.label) for e in examples], np.int32)
   first_batch = _first_batch(seed_offset) if training else 0
-
-  store = store_lib.Store.for_params(params)
-  fingerprints = store.fingerprints.of(files)
-  base = store.split_base(fingerprints)
-  cached = store.open(base, len(files))
-  mixes_noise = manifest.noise and ((training and params.noise_prob > 0) or silence is not None)
+  mixes_noise = manifest.noise and ((training and params.noise_prob > 0)
+                                    or rows.silence is not None)
   reverberates = manifest.rirs and training and params.reverb_prob > 0
   reuse = None
-  if (cached is not None and not params.data_service and isinstance(first_batch, int)
+  if (rows.cached is not None and not params.data_service and isinstance(first_batch, int)
       and tf.executing_eagerly()):  # A graph's dataset belongs to that graph.
     # The same warm dataset again (Keras' evaluate, every tuner trial, a
     # loop of fits): reuse the one built, which saves its construction.
-    reuse = (params.data_key(), mode, split, first_batch, shard, native_read, base,
-             cached.identity, labels.tobytes(),
-             tuple(store.fingerprints.of(manifest.noise)) if mixes_noise else (),
-             tuple(store.fingerprints.of(manifest.rirs)) if reverberates else ())
+    fingerprints = rows.store.fingerprints.of
+    reuse = (params.data_key(), mode, rows.name, first_batch, shard, native_read, rows.base,
+             rows.cached.identity, rows.labels.tobytes(),
+             tuple(fingerprints(manifest.noise)) if mixes_noise else (),
+             tuple(fingerprints(manifest.rirs)) if reverberates else ())
     ds = _BUILT.get(reuse)
     if ds is not None:
       return ds
-  recordings = noise.Recordings.load(params, manifest.noise) if mixes_noise else None
-  sampler = Sampler(params, len(examples), shard, recordings, silence, labels=labels,
-                    num_classes=len(manifest.labels),
+  sampler = Sampler(params, len(rows.examples), shard,
+                    noise.Recordings.load(params, manifest.noise) if mixes_noise else None,
+                    rows.silence, labels=rows.labels, num_classes=len(manifest.labels),
                     rirs=rir.load(params, manifest.rirs) if reverberates else None)
-  if training and params.batch_size > sampler.epoch_size:
-    # Batches run on across epochs: one larger than the split would repeat files within it.
-    share = f" (shard {shard[0]} of {shard[1]}: {sampler.epoch_size})" if shard else ""
-    raise ParamError(f"--batch_size={params.batch_size}: must be at most {sampler.epoch_size}, "
-                     f"the examples of the {split!r} split of {source} ({len(examples)}{share})")
-  if training and params.data_service:
-    if silence is not None:
-      raise ParamError(f"--data_service={params.data_service} does not serve _silence_ clips "
-                       "(--silence_percent) yet: train without one of them")
-    if cached is None:
-      raise manifest_lib.DataError(
-          f"the {split!r} split of {source} is not in the cache {store.root!r}: the trainer "
-          "names the split the service's workers serve by its cache; fill it first "
-          "(python -m audioclf cache --flagfile=...)")
-    if sampler.shard[1] > 1:
-      raise ParamError(f"--data_service={params.data_service} feeds one trainer; several "
-                       "(a multi-worker cluster) are not supported")
-    if tf.executing_eagerly():  # The Estimator checks before it builds its graph.
-      dataservice.check_workers(params, manifest, split)
-    ds = _served(params, cached, labels, sampler, first_batch)
-  elif cached is not None:
-    warm = _warm_native if native_read else _warm
-    ds = warm(params, cached, labels, sampler, training, first_batch)
-  elif sampler.shard[1] > 1:
-    # The cold pass writes the split from the files it decodes: a share of them cannot.
-    raise manifest_lib.DataError(
-        f"the {split!r} split of {source} is not in the cache {store.root!r} yet, and a "
-        "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
-        "audioclf cache --flagfile=...)")
-  else:
-    job = Fill(store, files, fingerprints, params, base)
-    ds = _cold(params, job, labels, sampler, training, first_batch)
-
+  if training:
+    _check_training(params, manifest, rows, shard, sampler)
+  ds = _unprefetched(params, rows, sampler, training, first_batch, native_read)
   # Prefetch last: the next batches are prepared while the model trains on this one.
   ds = ds.prefetch(AUTOTUNE).with_options(_options(params, training))
   if reuse is not None:
     _BUILT.put(reuse, ds)
   return ds
+
+
+def _named(params: Params, split: str) -> str:
+  """How errors name a split: "the 'train' split of <data_dir or manifest>"."""
+  return f"the {split!r} split of {params.manifest or params.data_dir}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitRows:
+  """A split as input_fn reads it: its rows, their labels, and its place in the cache.
+
+  The split's files are rows 0 .. len(files) - 1 (what the cache holds); its
+  virtual _silence_ clips follow them, rows of no samples.
+  """
+
+  name: str
+  examples: list[manifest_lib.Example]
+  files: list[manifest_lib.Example]
+  labels: np.ndarray  # int32, a row's label id.
+  silence: Optional[int]  # The _silence_ label's id where the split has such clips, else None.
+  store: store_lib.Store
+  fingerprints: list  # The files' content keys.
+  base: str  # The split's name in the cache.
+  cached: Optional[store_lib.Split]  # The split as cached, or None where it is not yet.
+
+  @classmethod
+  def of(cls, params: Params, manifest: Manifest, split: str) -> _SplitRows:
+    """Raises manifest_lib.DataError where the split has no examples."""
+    examples = manifest.split(split)
+    if not examples:
+      raise manifest_lib.DataError(
+          f"{_named(params, split)} is empty "
+          f"({manifest.counts()}); add files or adjust validation/testing percentages")
+    files = manifest.files(split)
+    store = store_lib.Store.for_params(params)
+    fingerprints = store.fingerprints.of(files)
+    base = store.split_base(fingerprints)
+    return cls(split, examples, files,
+               np.asarray([manifest.label_id(e.label) for e in examples], np.int32),
+               manifest.label_id(manifest_lib.SILENCE) if len(files) < len(examples) else None,
+               store, fingerprints, base, store.open(base, len(files)))
+
+
+def _unprefetched(params: Params, rows: _SplitRows, sampler: Sampler, training: bool,
+                  first_batch, native_read: bool) -> tf.data.Dataset:
+  """input_fn's batches before the last prefetch: served, warm, or a cold first pass."""
+  if training and params.data_service:
+    return _served(params, rows.cached, rows.labels, sampler, first_batch)
+  if rows.cached is not None:
+    warm = _warm_native if native_read else _warm
+    return warm(params, rows.cached, rows.labels, sampler, training, first_batch)
+  if sampler.shard[1] > 1:
+    # The cold pass writes the split from the files it decodes: a share of them cannot.
+    raise manifest_lib.DataError(
+        f"{_named(params, rows.name)} is not in the cache {rows.store.root!r} yet, and a "
+        "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
+        "audioclf cache --flagfile=...)")
+  job = Fill(rows.store, rows.files, rows.fingerprints, params, rows.base)
+  return _cold(params, job, rows.labels, sampler, training, first_batch)
+
+
+def _check_training(params: Params, manifest: Manifest, rows: _SplitRows,
+                    shard: Optional[tuple[int, int]], sampler: Sampler) -> None:
+  """Raises where a training dataset of `rows` cannot be built as asked.
+
+  Raises:
+    params.ParamError: a batch larger than the split, or a --data_service run
+      that cannot be served.
+    manifest_lib.DataError: a --data_service run whose split is not cached.
+  """
+  if params.batch_size > sampler.epoch_size:
+    # Batches run on across epochs: one larger than the split would repeat files within it.
+    share = f" (shard {shard[0]} of {shard[1]}: {sampler.epoch_size})" if shard else ""
+    raise ParamError(f"--batch_size={params.batch_size}: must be at most {sampler.epoch_size}, "
+                     f"the examples of {_named(params, rows.name)} ({sampler.n}{share})")
+  if not params.data_service:
+    return
+  if rows.silence is not None:
+    raise ParamError(f"--data_service={params.data_service} does not serve _silence_ clips "
+                     "(--silence_percent) yet: train without one of them")
+  if rows.cached is None:
+    raise manifest_lib.DataError(
+        f"{_named(params, rows.name)} is not in the cache {rows.store.root!r}: the trainer "
+        "names the split the service's workers serve by its cache; fill it first "
+        "(python -m audioclf cache --flagfile=...)")
+  if sampler.shard[1] > 1:
+    raise ParamError(f"--data_service={params.data_service} feeds one trainer; several "
+                     "(a multi-worker cluster) are not supported")
+  if tf.executing_eagerly():  # The Estimator checks before it builds its graph.
+    dataservice.check_workers(params, manifest, rows.name)
 
 
 def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
@@ -435,16 +482,12 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
           training: bool, first_batch) -> tf.data.Dataset:
   """The first pass decodes every file and writes the split; in training, later epochs read it."""
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
-  store, examples = fill.store, fill.examples
-  store.prepare()
+  fill.store.prepare()
   # Rows from len(examples) on are virtual _silence_ clips: no file, no samples.
-  n, files, batch = sampler.n, len(examples), params.batch_size
-  writable = store.writable
-  paths = tf.constant([e.path for e in examples])
+  n, files, batch = sampler.n, len(fill.examples), params.batch_size
+  writable = fill.store.writable
   labels_t = tf.constant(labels)
-  skip = params.on_bad_file == "skip"
   first_batch = tf.cast(first_batch, tf.int64)
-  first_example = first_batch * batch
   # Training: the batches that reach every file of the first epoch are cold
   # (ceil(files / batch) of them). The element that completes the epoch's
   # last whole batch (files // batch of them: a run of exactly one epoch of
@@ -454,42 +497,13 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   # batch is cold.
   cold_batches = -(-n // batch)
   if training:
+    first_example = first_batch * batch
     stop = first_example + cold_batches * batch if writable else None
     last = first_example + (n // batch) * batch - 1
   else:
     stop, last = None, n - 1
-
-  # Only a .wav can take the native path; knowing that here saves ops per file.
-  wav = np.array([os.path.splitext(e.path)[1].lower() in (".wav", ".wave") for e in examples])
-  maybe_native = tf.constant(wav)
-
-  def read(row):
-    if wav.all():
-      return tf.io.read_file(paths[row])
-    return tf.cond(maybe_native[row], lambda: tf.io.read_file(paths[row]),
-                   lambda: tf.constant(b""))
-
-  def soundfile_decode(row):
-    return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
-
-  def finish():
-    if training and cold_batches > n // batch:
-      # The rows of the cold batch after the one this element completes.
-      pending = sampler.batch(first_batch + n // batch)[0]
-      pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
-    else:
-      pending = tf.zeros([0], tf.int64)
-    return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
-                             stateful=True)
-
-  def decode_file(row):
-    # Canonical PCM16 mono WAVs at the target rate decode natively, in
-    # parallel and without the GIL; everything else (FLAC, other rates,
-    # multichannel, anything odd or broken) goes through soundfile + soxr.
-    if wav.any():
-      native, samples = decode.native_wav(read(row), params.sample_rate)
-      return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
-    return soundfile_decode(row)
+  decode_file = _file_decoder(params, fill)
+  finish = _finisher(fill, sampler, training, first_batch, cold_batches)
 
   def decode_one(g):
     row, u = sampler.example(g) if training else (g, None)
@@ -514,18 +528,73 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   # deterministic: the element that finishes must stay in the batch it completes.
   first = _examples(sampler, training, first_batch, stop).map(
       decode_one, num_parallel_calls=AUTOTUNE, deterministic=True)
-  if not training or not writable:
+  return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
+                           cold_batches)
+
+
+def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor]:
+  """decode_file(row): float32 samples of the row-th file of `fill`, decoded (cold) in the graph."""
+  paths = tf.constant([e.path for e in fill.examples])
+  # Only a .wav can take the native path; knowing that here saves ops per file.
+  wav = np.array([os.path.splitext(e.path)[1].lower() in (".wav", ".wave") for e in fill.examples])
+  maybe_native = tf.constant(wav)
+
+  def read(row):
+    if wav.all():
+      return tf.io.read_file(paths[row])
+    return tf.cond(maybe_native[row], lambda: tf.io.read_file(paths[row]),
+                   lambda: tf.constant(b""))
+
+  def soundfile_decode(row):
+    return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
+
+  def decode_file(row):
+    # Canonical PCM16 mono WAVs at the target rate decode natively, in
+    # parallel and without the GIL; everything else (FLAC, other rates,
+    # multichannel, anything odd or broken) goes through soundfile + soxr.
+    if wav.any():
+      native, samples = decode.native_wav(read(row), params.sample_rate)
+      return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
+    return soundfile_decode(row)
+
+  return decode_file
+
+
+def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tensor,
+              cold_batches: int) -> Callable[[], tf.Tensor]:
+  """finish(): the graph's call of `fill.finish`, with the file rows the pass has yet to reach."""
+  n, files, batch = sampler.n, len(fill.examples), sampler.batch_size
+
+  def finish():
+    if training and cold_batches > n // batch:
+      # The rows of the cold batch after the one this element completes.
+      pending = sampler.batch(first_batch + n // batch)[0]
+      pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
+    else:
+      pending = tf.zeros([0], tf.int64)
+    return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
+                             stateful=True)
+
+  return finish
+
+
+def _cold_pass_batches(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
+                       training: bool, first_batch: tf.Tensor, first: tf.data.Dataset,
+                       cold_batches: int) -> tf.data.Dataset:
+  """Batches of the cold pass's examples `first`; in training, then those cut from the written split."""
+  skip = params.on_bad_file == "skip"
+  if not training or not fill.store.writable:
     if skip:
       first = first.filter(lambda w, y: y >= 0)
     return _batches(first, params, sampler, training, first_batch)
 
   rest = _numpy_batches(params, sampler, first_batch + cold_batches, fill.lengths,
-                        fill.windows, labels, files)
+                        fill.windows, labels, len(fill.examples))
   if skip:
     # Bad files make batches shorter: the whole stream is regrouped, as a warm run's is.
     both = first.concatenate(rest.unbatch()).filter(lambda w, y: y >= 0)
     return _batches(both, params, sampler, training, first_batch)
-  both = first.batch(batch, drop_remainder=True).concatenate(rest)
+  both = first.batch(params.batch_size, drop_remainder=True).concatenate(rest)
   return _batches(both, params, sampler, training, first_batch, batched=True)
 
 

@@ -16,7 +16,7 @@ audioclf.engines.keras_loop, Estimators from `EstimatorClockHook`.
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -31,14 +31,17 @@ class StepClock:
     min_steps: ... and at least this many steps were measured.
     keep_durations: keep every step's seconds, warm-up included, in `durations`
       (a benchmark's closer look; a training run does not keep them).
+    clock: the time source, seconds as a float; a test passes a fake one that
+      advances exactly.
   """
 
   def __init__(self, warmup_steps: int = 0, max_seconds: float = 0.0, min_steps: int = 0,
-               keep_durations: bool = False):
+               keep_durations: bool = False, clock: Callable[[], float] = time.perf_counter):
     self._warmup_steps = max(0, warmup_steps)
     self.max_seconds, self.min_steps = max_seconds, min_steps
     self._keep = keep_durations
-    self.began: Optional[float] = None  # perf_counter() at the open step's begin; None between steps.
+    self.now = clock  # The one place the clock (and a StallMeter with it) reads the time.
+    self.began: Optional[float] = None  # now() at the open step's begin; None between steps.
     self.reset()
 
   def reset(self) -> None:
@@ -49,7 +52,7 @@ class StepClock:
     self._warmup = self._warmup_steps
 
   def begin_step(self) -> None:
-    self.began = time.perf_counter()
+    self.began = self.now()
 
   def end_step(self) -> Optional[float]:
     """Ends the open step: its seconds where it counts; None in the warm-up or with no step open.
@@ -58,7 +61,7 @@ class StepClock:
     """
     if self.began is None:
       return None
-    elapsed, self.began = time.perf_counter() - self.began, None
+    elapsed, self.began = self.now() - self.began, None
     if self.first_step_s is None:
       self.first_step_s = elapsed
     if self._keep:

@@ -16,8 +16,7 @@ callback included, which no training step notices (under 1% of a 30 ms step).
 from __future__ import annotations
 
 import threading
-import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -34,13 +33,16 @@ class StallMeter:
     warmup_steps: steps left out at the start (and after each `reset`). The
       first step of a run traces and builds the step function (or the
       session's graph), which is no input wait; a benchmark may skip more.
+    clock: the time source its StepClock reads (None: the StepClock's own
+      default, the real time); a test passes a fake one that advances exactly.
   """
 
-  def __init__(self, warmup_steps: int = 1):
+  def __init__(self, warmup_steps: int = 1, clock: Optional[Callable[[], float]] = None):
     self._lock = threading.Lock()
     self._ready: Optional[float] = None
     self._blocked = 0.0
-    self.clock = StepClock(warmup_steps)  # Times the steps the waits are a share of.
+    # Times the steps the waits are a share of; its clock stamps the ready batches, too.
+    self.clock = StepClock(warmup_steps) if clock is None else StepClock(warmup_steps, clock=clock)
     self.reset()
 
   def reset(self) -> None:
@@ -62,7 +64,7 @@ class StallMeter:
 
   # --- Called by the dataset probe (a tf.data thread).
   def _mark_ready(self, blocked=0.0) -> np.int64:
-    self._ready, self._blocked = time.perf_counter(), float(blocked)
+    self._ready, self._blocked = self.clock.now(), float(blocked)
     self.probes += 1
     return np.int64(0)
 

@@ -94,29 +94,15 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
   """
   _check_folders(from_model_dir, to_model_dir)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
-  builder = registry.resolve(model)
-  if builder.kind != registry.WHOLE:
-    raise MigrationError(f"--model={model}: {builder.target} is a body ({builder.kind} in); an "
-                         "Estimator's model is a whole keras.Model, from a builder of keyword "
-                         "arguments only")
+  builder = _whole_model_builder(model)
   args = builder.arguments(ModelArgs(model_args))
-  if isinstance(mapping, str):
-    mapping = read_mapping(mapping)
+  mapping = read_mapping(mapping) if isinstance(mapping, str) else mapping
   team, optimizer_changes, changes = _build(builder, args, legacy)
   optimizer = getattr(team, "optimizer", None)  # Keras 3 has none until compiled.
   alignment = assign_weights(team, legacy, mapping, model_desc=f"{model}'s model",
                              hint=f"give --mapping=<{MAPPING_HELP}>")
-  not_carried = alignment.not_carried(legacy)
-  state = "fresh"
-  if optimizer is None:
-    not_carried.append("the step and the optimizer's state: the builder returns its model "
-                       "uncompiled")
-  else:
-    missing, slots_carried = carry_builders_optimizer(team, legacy, alignment.names,
-                                                      carry_optimizer_state)
-    not_carried += missing
-    state = "fresh" if not slots_carried else "partial" if missing else "carried"
-    changes += hyperparameter_differences(optimizer, legacy)
+  state, missing, differences = _carry_optimizer(team, legacy, alignment, carry_optimizer_state)
+  changes += differences
   if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
     changes.append(BATCH_NORM_NOTE)
   record = {
@@ -132,20 +118,46 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
       "optimizer": type(optimizer).__name__ if optimizer is not None else None,
       "optimizer_changes": optimizer_changes,
       "optimizer_state": state,
-      "not_carried": not_carried,
+      "not_carried": alignment.not_carried(legacy) + missing,
       "differences": changes,
       "keras_file": os.path.join(to_model_dir, KERAS_FILE),
       "model_dir": None,
   }
   audio = None
   if params is not None and (params.data_dir or params.manifest):
-    audio = _audio_model_dir(team, params.replace(
-        model=model, model_args=args, optimizer=BUILDERS_OPTIMIZER,
-        optimizer_args=ModelArgs(optimizer_changes), lr_schedule="constant", engine="keras",
-        model_dir=to_model_dir).validate())
+    audio = _audio_model_dir(team, _audio_params(params, model, args, optimizer_changes,
+                                                 to_model_dir))
     record["model_dir"] = to_model_dir
   _write(to_model_dir, team, record, audio, legacy.step)
   return {**record, "to_model_dir": to_model_dir}
+
+
+def _whole_model_builder(model: str) -> registry.Model:
+  """The builder `model` names; raises MigrationError for a body's (an Estimator's model is whole)."""
+  builder = registry.resolve(model)
+  if builder.kind != registry.WHOLE:
+    raise MigrationError(f"--model={model}: {builder.target} is a body ({builder.kind} in); an "
+                         "Estimator's model is a whole keras.Model, from a builder of keyword "
+                         "arguments only")
+  return builder
+
+
+def _carry_optimizer(team, legacy: LegacyCheckpoint, alignment,
+                     carry_optimizer_state: bool) -> tuple[str, list[str], list[str]]:
+  """The step and the optimizer's slots carried into the builder's compiled optimizer, if any.
+
+  Returns:
+    (the optimizer state: "carried", "partial" or "fresh", what was not
+    carried, the hyperparameters' differences from the checkpoint's), in words.
+  """
+  optimizer = getattr(team, "optimizer", None)
+  if optimizer is None:
+    return "fresh", ["the step and the optimizer's state: the builder returns its model "
+                     "uncompiled"], []
+  missing, slots_carried = carry_builders_optimizer(team, legacy, alignment.names,
+                                                    carry_optimizer_state)
+  state = "fresh" if not slots_carried else "partial" if missing else "carried"
+  return state, missing, hyperparameter_differences(optimizer, legacy)
 
 
 def _check_folders(from_model_dir: str, to_model_dir: str) -> None:
@@ -182,6 +194,14 @@ def _build(builder: registry.Model, args: ModelArgs, legacy: LegacyCheckpoint):
     team.compile_from_config({**team.get_compile_config(),
                               "optimizer": keras.optimizers.serialize(changed)})
   return team, changes, why
+
+
+def _audio_params(params: Params, model: str, args: ModelArgs, optimizer_changes: dict[str, Any],
+                  to_model_dir: str) -> Params:
+  """The migrated model_dir's params: the builder's model and optimizer (as changed), at a constant rate."""
+  return params.replace(model=model, model_args=args, optimizer=BUILDERS_OPTIMIZER,
+                        optimizer_args=ModelArgs(optimizer_changes), lr_schedule="constant",
+                        engine="keras", model_dir=to_model_dir).validate()
 
 
 def _audio_model_dir(team, params: Params) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
 
 LEGACY_PROBABILITIES_FILE = "legacy_probabilities.npz"  # What --report keeps in to_model_dir.
+# The checkout this audioclf runs from: legacy-stack subprocesses run its code, too.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def legacy_python() -> Optional[str]:
@@ -27,9 +29,33 @@ def legacy_python() -> Optional[str]:
   path = os.environ.get("AUDIOCLF_LEGACY_PYTHON")
   if path:
     return path
-  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  path = os.path.join(checkout, ".venv-legacy", "bin", "python")
+  path = os.path.join(_CHECKOUT, ".venv-legacy", "bin", "python")
   return path if os.path.isfile(path) else None
+
+
+def _legacy_env() -> dict[str, str]:
+  """The environment of a legacy-stack subprocess: this checkout's audioclf first on its path."""
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      p for p in (_CHECKOUT, os.environ.get("PYTHONPATH")) if p))
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  return env
+
+
+def _the_legacy_python(python: Optional[str], whose: str, written: str) -> str:
+  """`python`, else `legacy_python()`; raises MigrationError naming both ways to do without.
+
+  Args:
+    python: the legacy stack's Python the caller was given, if any.
+    whose: whose probabilities the report needs ("the legacy model's").
+    written: what --legacy_probabilities may name instead.
+  """
+  python = python or legacy_python()
+  if not python:
+    raise MigrationError(
+        f"--report needs {whose} probabilities from the legacy stack: give "
+        "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
+        f"--legacy_probabilities=<{written}>")
+  return python
 
 
 def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str], out: str,
@@ -43,16 +69,12 @@ def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str],
   Raises:
     MigrationError: the legacy run failed (its stderr's end in the message).
   """
-  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      p for p in (checkout, os.environ.get("PYTHONPATH")) if p))
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   overrides = []
   if params is not None:
     overrides = [f"--batch_size={params.batch_size}", f"--on_bad_file={params.on_bad_file}"]
   cmd = [python, "-m", "audioclf", "predict", f"--model_dir={from_model_dir}",
          f"--checkpoint={checkpoint}", f"--save_probabilities={out}", *overrides, "--", *files]
-  proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run(cmd, env=_legacy_env(), capture_output=True, text=True, timeout=timeout)
   if proc.returncode != 0 or not os.path.isfile(out):
     raise MigrationError(f"the legacy model's predictions failed ({python} -m audioclf predict, "
                          f"exit {proc.returncode}): {proc.stderr[-2000:]}")
@@ -100,20 +122,9 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
   truth_of = {os.path.realpath(e.path): e.label for s in ("train", "validation", "test")
               for e in manifest.split(s)}
   if probabilities_file is None:
-    python = python or legacy_python()
-    if not python:
-      raise MigrationError(
-          "--report needs the legacy model's probabilities from the legacy stack: give "
-          "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
-          "--legacy_probabilities=<a file `python -m audioclf predict --save_probabilities=` "
-          "wrote there>")
-    files = [e.path for e in manifest.split(split)]
-    if not files:
-      raise MigrationError(f"the {split} split of {params.data_dir or params.manifest!r} is empty")
     probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
-    legacy_probabilities(python, from_model_dir, files, probabilities_file, params,
-                         checkpoint=checkpoint)
-    source = f"{python} -m audioclf predict"
+    source = _predict_on_the_legacy_stack(python, from_model_dir, probabilities_file, params,
+                                          manifest, split, checkpoint)
   else:
     source = probabilities_file
     split = None
@@ -124,25 +135,64 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
   unknown = [f for f in files if os.path.realpath(f) not in truth_of]
   if unknown:
     raise MigrationError(f"{len(unknown)} clips of {probabilities_file!r} are not in the data "
-                         f"{params.data_dir or params.manifest!r}, e.g. {unknown[0]!r}")
+                         f"{_data(params)!r}, e.g. {unknown[0]!r}")
   chosen = model_dir_lib.choose_checkpoint(to_model_dir, checkpoint)
   migrated_files, migrated, _ = predict_lib.probabilities(
       to_model_dir, files, params.replace(on_bad_file="fail"), chosen.path)
   truth = np.array([labels.index(truth_of[os.path.realpath(f)]) for f in files])
-  legacy_per_class = per_class_accuracy(legacy, truth, labels)
-  migrated_per_class = per_class_accuracy(migrated, truth, labels)
   return {
       "clips": len(files),
       "split": split,
       **chosen.record(),
       "labels": labels,
+      **_accuracies(legacy, migrated, truth, labels),
+      **_agreement(legacy, migrated),
+      "legacy_source": source,
+  }
+
+
+def _data(params: Params) -> str:
+  """The data source of `params`, as reports name it."""
+  return params.data_dir or params.manifest
+
+
+def _held_out(params: Params, manifest: manifest_lib.Manifest,
+              split: str) -> list[manifest_lib.Example]:
+  """The examples of `split`; raises MigrationError where it has none."""
+  examples = manifest.split(split)
+  if not examples:
+    raise MigrationError(f"the {split} split of {_data(params)!r} is empty")
+  return examples
+
+
+def _predict_on_the_legacy_stack(python: Optional[str], from_model_dir: str, out: str,
+                                 params: Params, manifest: manifest_lib.Manifest, split: str,
+                                 checkpoint: str) -> str:
+  """The legacy model's probabilities of `split`'s clips into `out`; their source, in words."""
+  python = _the_legacy_python(
+      python, "the legacy model's",
+      "a file `python -m audioclf predict --save_probabilities=` wrote there")
+  files = [e.path for e in _held_out(params, manifest, split)]
+  legacy_probabilities(python, from_model_dir, files, out, params, checkpoint=checkpoint)
+  return f"{python} -m audioclf predict"
+
+
+def _accuracies(legacy: np.ndarray, migrated: np.ndarray, truth: np.ndarray,
+                labels: Sequence[str]) -> dict[str, Any]:
+  """Both models' accuracy on clips of known labels `truth`, in all and per class."""
+  return {
       "legacy_accuracy": float(np.mean(np.argmax(legacy, 1) == truth)),
       "migrated_accuracy": float(np.mean(np.argmax(migrated, 1) == truth)),
-      "legacy_per_class": legacy_per_class,
-      "migrated_per_class": migrated_per_class,
+      "legacy_per_class": per_class_accuracy(legacy, truth, labels),
+      "migrated_per_class": per_class_accuracy(migrated, truth, labels),
+  }
+
+
+def _agreement(legacy: np.ndarray, migrated: np.ndarray) -> dict[str, float]:
+  """How close the two models' probabilities are, and how often their top classes agree."""
+  return {
       "max_abs_difference": float(np.max(np.abs(legacy - migrated))),
       "same_prediction": float(np.mean(np.argmax(legacy, 1) == np.argmax(migrated, 1))),
-      "legacy_source": source,
   }
 
 
@@ -192,26 +242,13 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   with open(os.path.join(to_model_dir, foreign.RECORD_FILE)) as f:
     record = json.load(f)
   model = keras.saving.load_model(os.path.join(to_model_dir, foreign.KERAS_FILE))
-  name = record["input"]["name"]
   labels = truth = None
   if inputs_file:
-    inputs, split = legacy_predict.inputs_of(inputs_file, name), None
+    inputs, split = legacy_predict.inputs_of(inputs_file, record["input"]["name"]), None
   elif record["model_dir"]:
-    params = params or model_dir_lib.read_params(to_model_dir)
-    labels = model_dir_lib.read_labels(to_model_dir)
-    examples = manifest_lib.load(params).split(split)
-    if not examples:
-      raise MigrationError(f"the {split} split of {params.data_dir or params.manifest!r} is empty")
-    inputs = np.stack([predict_lib.center_clip(
-        decode.decode_file(e.path, params.sample_rate, params.resample_quality),
-        params.clip_samples) for e in examples])
-    truth = np.array([labels.index(e.label) for e in examples])
+    inputs, labels, truth = _clips(to_model_dir, params, split)
   else:
-    raise MigrationError(
-        f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with an "
-        f"array named {name!r}, {record['input']['shape']} per example>"
-        + (", or --data_dir (with --sample_rate, --clip_seconds) for this raw-audio model's "
-           "clips" if len(record["input"]["shape"]) == 1 else ""))
+    raise MigrationError(_no_inputs(record))
   if list(inputs.shape[1:]) != record["input"]["shape"]:
     raise MigrationError(f"the inputs are {list(inputs.shape[1:])} each, the model takes "
                          f"{record['input']['shape']}")
@@ -227,16 +264,31 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
     raise MigrationError(f"{probabilities_file!r} holds probabilities {list(legacy.shape)}, the "
                          f"migrated model gives {list(migrated.shape)} on the inputs")
   report = {"inputs": len(inputs), "split": split, "labels": labels,
-            "max_abs_difference": float(np.max(np.abs(legacy - migrated))),
-            "same_prediction": float(np.mean(np.argmax(legacy, 1) == np.argmax(migrated, 1))),
-            "legacy_source": source}
+            **_agreement(legacy, migrated), "legacy_source": source}
   if truth is not None:
-    report.update(
-        legacy_accuracy=float(np.mean(np.argmax(legacy, 1) == truth)),
-        migrated_accuracy=float(np.mean(np.argmax(migrated, 1) == truth)),
-        legacy_per_class=per_class_accuracy(legacy, truth, labels),
-        migrated_per_class=per_class_accuracy(migrated, truth, labels))
+    report.update(_accuracies(legacy, migrated, truth, labels))
   return report
+
+
+def _clips(to_model_dir: str, params: Optional[Params], split: str
+           ) -> tuple[np.ndarray, list[str], np.ndarray]:
+  """The centred clips of `split` of a migrated raw-audio model_dir's data, its labels, their truth."""
+  params = params or model_dir_lib.read_params(to_model_dir)
+  labels = model_dir_lib.read_labels(to_model_dir)
+  examples = _held_out(params, manifest_lib.load(params), split)
+  inputs = np.stack([predict_lib.center_clip(
+      decode.decode_file(e.path, params.sample_rate, params.resample_quality),
+      params.clip_samples) for e in examples])
+  return inputs, labels, np.array([labels.index(e.label) for e in examples])
+
+
+def _no_inputs(record: dict[str, Any]) -> str:
+  """What --report needs, where a team's model came with no inputs to compare it on."""
+  shape = record["input"]["shape"]
+  return (f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with an "
+          f"array named {record['input']['name']!r}, {shape} per example>"
+          + (", or --data_dir (with --sample_rate, --clip_seconds) for this raw-audio model's "
+             "clips" if len(shape) == 1 else ""))
 
 
 def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict[str, Any],
@@ -246,24 +298,17 @@ def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict
   Raises:
     MigrationError: no legacy Python, or its run failed (its stderr's end in the message).
   """
-  python = python or legacy_python()
-  if not python:
-    raise MigrationError(
-        "--report needs the Estimator's probabilities from the legacy stack: give "
-        "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
-        "--legacy_probabilities=<the .npz `python -m audioclf.migration.legacy_predict` wrote "
-        "there>")
-  checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      p for p in (checkout, os.environ.get("PYTHONPATH")) if p))
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  python = _the_legacy_python(
+      python, "the Estimator's",
+      "the .npz `python -m audioclf.migration.legacy_predict` wrote there")
   with tempfile.TemporaryDirectory(prefix="audioclf-report-") as tmp:
     inputs_file = os.path.join(tmp, "inputs.npz")
     np.savez(inputs_file, **{record["input"]["name"]: inputs})
     cmd = [python, "-m", "audioclf.migration.legacy_predict", f"--from_model_dir={from_model_dir}",
            f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}",
            f"--inputs={inputs_file}", f"--output={out}"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=_legacy_env(), capture_output=True, text=True,
+                          timeout=timeout)
   if proc.returncode != 0 or not os.path.isfile(out):
     raise MigrationError(f"the Estimator's predictions failed ({python} -m "
                          f"audioclf.migration.legacy_predict, exit {proc.returncode}): "
