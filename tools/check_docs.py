@@ -3,6 +3,7 @@
   tools/demo.sh && python tools/check_docs.py          # after the demo, as the docs assume
   python tools/check_docs.py --dry_run                 # list the commands it would run
   python tools/check_docs.py --pages=docs/your_model.md --stacks=current
+  python tools/check_docs.py --pages=docs/your_model.md --root=<a folder laid out like this one>
 
 A command is a line of a ```sh block (a `\\` ends a line that goes on), its
 `# comment` dropped. `export NAME=value` lines set the environment of the
@@ -91,13 +92,15 @@ def _stacks_of(block: list[str], present: list[str]) -> list[str]:
   return ["legacy"] if block and block[0] == LEGACY_MARK else present
 
 
-def run(command: str, env: dict[str, str], stack: str, timeout_s: float) -> tuple[int, str, float]:
-  venv_bin = os.path.join(ROOT, VENVS[stack], "bin")
+def run(command: str, env: dict[str, str], stack: str, timeout_s: float,
+        root: str = ROOT) -> tuple[int, str, float]:
+  """Runs `command` with bash in `root`, the stack's venv first on PATH: (status, output, s)."""
+  venv_bin = os.path.join(root, VENVS[stack], "bin")
   full_env = dict(os.environ, PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
                   VIRTUAL_ENV=os.path.dirname(venv_bin), **env)
   start = time.monotonic()
   try:
-    proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=full_env, capture_output=True,
+    proc = subprocess.run(["bash", "-c", command], cwd=root, env=full_env, capture_output=True,
                           text=True, timeout=timeout_s)
   except subprocess.TimeoutExpired:
     return 124, f"timed out after {timeout_s:.0f} s", time.monotonic() - start
@@ -110,9 +113,11 @@ def main() -> int:
   parser.add_argument("--stacks", default="current,legacy", help="Stacks to run on.")
   parser.add_argument("--timeout_s", type=float, default=1800)
   parser.add_argument("--dry_run", action="store_true")
+  parser.add_argument("--root", default=ROOT, help="Where the commands run (default the "
+                      "repository; tests/test_docs.py gives a copy laid out like it).")
   args = parser.parse_args()
   stacks = [s for s in args.stacks.split(",")
-            if os.access(os.path.join(ROOT, VENVS[s], "bin", "python"), os.X_OK)]
+            if os.access(os.path.join(args.root, VENVS[s], "bin", "python"), os.X_OK)]
   ran = 0
   for page in args.pages or pages():
     for block in blocks(page):
@@ -126,7 +131,7 @@ def main() -> int:
           if args.dry_run:
             print(f"{where}: {command}", flush=True)
             continue
-          code, output, seconds = run(command, env, stack, args.timeout_s)
+          code, output, seconds = run(command, env, stack, args.timeout_s, args.root)
           print(f"{'ok  ' if code == 0 else 'FAIL'} {seconds:6.1f} s  {where}: {command}",
                 flush=True)
           if code != 0:

@@ -1,0 +1,52 @@
+"""The bring-your-own-model page (docs/your_model.md) runs as written, through tools/check_docs.py.
+
+After tools/demo.sh, `python tools/check_docs.py` runs every page of the docs
+on the demo's data. This test runs the page a new user follows first without
+the demo: in a folder laid out like the repository (its venvs, flags/ and
+tools/ linked) over a small generated stand-in for data/speech_words.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from conftest import write_tone_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINKED = (".venv", ".venv-legacy", "flags", "tools")
+
+
+def _sandbox(root) -> str:
+  for name in LINKED:
+    if os.path.exists(os.path.join(ROOT, name)):
+      os.symlink(os.path.join(ROOT, name), root / name)
+  words = root / "data" / "speech_words"
+  # 1 s clips as the demo's; enough for flags/demo.flags' batch of 64 in the train split.
+  write_tone_dataset(words, labels=("yes", "no", "up", "down"), per_label=30, seconds=1.0)
+  write_tone_dataset(words / "_held_out", labels=("yes",), per_label=2, seconds=1.0)
+  os.makedirs(words / "_background_noise_")
+  sf.write(words / "_background_noise_" / "white.wav",
+           np.random.default_rng(0).normal(0, 0.1, 48000).astype(np.float32), 16000)
+  return str(root)
+
+
+@pytest.mark.slow
+@pytest.mark.current_only  # The page names each command's venv: once is enough.
+def test_the_your_model_page_runs_as_written(tmp_path):
+  root = _sandbox(tmp_path)
+  try:
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_docs.py"),
+                          "--pages", os.path.join(ROOT, "docs", "your_model.md"),
+                          f"--root={root}", "--timeout_s=600"],
+                         capture_output=True, text=True, timeout=1500)
+  except subprocess.TimeoutExpired as e:
+    pytest.fail(f"the page did not run in {e.timeout} s: {e.stdout!r:.3000}")
+  assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+  assert "documented commands ran as written" in run.stdout
+  ran = sum(line.startswith("ok ") for line in run.stdout.splitlines())
+  legacy = os.path.exists(os.path.join(ROOT, ".venv-legacy", "bin", "python"))
+  assert ran == (11 if legacy else 7), run.stdout
