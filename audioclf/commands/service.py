@@ -80,7 +80,7 @@ def _say_trust_model(role: str, port) -> None:
 
 def run(argv: Optional[Sequence[str]] = None) -> None:
   command_flags.define_service_flags()
-  cli.run(main, argv, __doc__)
+  cli.run(main, argv, __doc__, arguments=True)  # The role: dispatcher or worker.
 
 
 if __name__ == "__main__":
