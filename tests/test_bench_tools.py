@@ -1,4 +1,10 @@
-"""tools/bench_train.py, tools/bench_stacks.py and tools/gpu_check.py run end to end and print what they promise."""
+"""The benchmarks in tools/ print what they promise and write their pages (tools/measured.py).
+
+The fast tests feed each benchmark's summary, report and page writer known
+figures and read back what it wrote (into a temporary folder: $AUDIOCLF_MEASURED_DIR);
+the slow ones run tools/bench_train.py, tools/bench_stacks.py, tools/bench_input.py
+and tools/gpu_check.py end to end at smoke size.
+"""
 
 import json
 import os
@@ -9,12 +15,156 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import measured  # noqa: E402  pylint: disable=wrong-import-position
+
+LOAD = "1.0 / 1.0 / 1.0 (1 / 5 / 15 min)"
 
 
-def _run(args, timeout=300):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+def _run(args, timeout=300, **env):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
   return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=timeout)
+
+
+@pytest.fixture
+def pages(tmp_path, monkeypatch):
+  """Where measured.write writes during the test (never docs/measured); sys.argv a tool's own."""
+  folder = tmp_path / "measured"
+  monkeypatch.setenv(measured.DIR_ENV, str(folder))
+  monkeypatch.setattr(sys, "argv", [str(ROOT / "tools" / "bench.py"), "--measured"])
+  return folder
+
+
+def _page(folder: Path, name: str) -> tuple[str, dict]:
+  """The page `name` in `folder`, and its JSON."""
+  return (folder / f"{name}.md").read_text(), json.loads((folder / f"{name}.json").read_text())
+
+
+def test_measured_writes_where_the_environment_says_with_the_command_line(pages):
+  path = measured.write("bench_x", "A title", measured.command(), "a body\n", {"figure": 1.5},
+                        load_before=LOAD)
+  assert Path(path) == pages / "bench_x.md"
+  page, record = _page(pages, "bench_x")
+  assert page.startswith("# A title\n")
+  assert "by `python tools/bench.py --measured`" in page
+  assert f"load average: {LOAD} at the start" in page
+  assert page.endswith("a body\n")
+  assert record["figure"] == 1.5 and record["command"] == "python tools/bench.py --measured"
+
+
+def test_bench_train_page_holds_its_table_verdicts_and_rows(pages):
+  import bench_train
+
+  def runs(steps_per_s, stall=0.0):
+    return [bench_train.Run(steps_per_s, stall, 6, 0.5, [0.1] * 8)]
+
+  rows, targets = bench_train.summarize("wav", {
+      ("keras", "best_practice"): runs(4.0, 0.5), ("keras", "audioclf_cold"): runs(5.0, 0.2),
+      ("keras", "audioclf_warm"): runs(9.8), ("keras", "limit"): runs(10.0),
+      ("keras", "limit_unmetered"): runs(12.5)})
+  verdicts = {t["target"]: (round(t["value"], 3), t["pass"]) for t in targets}
+  assert verdicts == {"warm_vs_limit[keras]": (0.98, True), "cold_vs_best[keras]": (1.25, True),
+                      "meter_cost[keras]": (0.8, False)}
+  text = bench_train.report(rows, targets, "the heading")
+  path = bench_train.write_page(text, rows, targets, LOAD, steps=8)
+  assert Path(path) == pages / "bench_train.md"
+  page, record = _page(pages, "bench_train")
+  assert "the heading\n```\nworkload  engine" in page
+  assert "wav       keras      audioclf_warm       9.80  0.000     0.980      6" in page
+  assert "wav       keras      limit_unmetered    12.50      -     1.250      6" in page
+  assert "PASS  wav   warm_vs_limit[keras]   0.980 (want >= 0.95)" in page
+  assert "MISS  wav   meter_cost[keras]      0.800" in page
+  assert record["steps"] == 8 and record["targets"] == json.loads(json.dumps(targets))
+  assert [r["pipeline"] for r in record["rows"]] == [r["pipeline"] for r in rows]
+
+
+def _stack_round(steps_per_s, cpu_ms, stack):
+  return {"tensorflow": f"TF-{stack}", "keras": f"Keras-{stack}", "steps_per_s": steps_per_s,
+          "cpu_ms_per_step": cpu_ms}
+
+
+def test_bench_stacks_page_holds_the_rounds_the_ratio_and_its_verdict(pages):
+  import bench_stacks
+  record = bench_stacks.summarize(
+      {"current": [_stack_round(9.0, 100.0, "c"), _stack_round(8.0, 110.0, "c"),
+                   _stack_round(5.0, 90.0, "c")],
+       "legacy": [_stack_round(10.0, 120.0, "l"), _stack_round(10.0, 110.0, "l"),
+                  _stack_round(10.0, 90.0, "l")]}, steps=40)
+  assert record["round_ratios"] == [0.9, 0.8, 0.5]
+  assert record["ratio_current_to_legacy"] == 0.8 and record["pass"] is False
+  assert record["stacks"]["current"]["steps_per_s"] == 8.0
+  assert record["cpu_ratio_legacy_to_current"] == 1.0
+  text = bench_stacks.report(record, "the heading")
+  bench_stacks.write_page(text, record, LOAD)
+  page, written = _page(pages, "bench_stacks")
+  assert "    2              8.00             10.00           0.800" in page
+  assert "median              8.00             10.00           0.800" in page
+  assert "MISS  keras3_vs_keras2 0.800 (want >= 0.90" in page
+  assert "current: TF TF-c, Keras Keras-c, 100 CPU ms a step (median)" in page
+  assert written["round_ratios"] == [0.9, 0.8, 0.5] and written["steps"] == 40
+
+
+def test_bench_stacks_with_one_stack_says_the_ratio_needs_both():
+  import bench_stacks
+  record = bench_stacks.summarize({"current": [_stack_round(9.0, 100.0, "c")]})
+  assert record["pass"] is None and record["ratio_current_to_legacy"] is None
+  text = bench_stacks.report(record, "the heading")
+  assert "ratio: needs both stacks" in text and "PASS" not in text and "MISS" not in text
+
+
+def test_bench_service_page_holds_each_input_and_the_steps_cap(pages):
+  import bench_service
+  rows = [{"input": "in process", "workers": None, "examples_per_s_stepped": 2000.4,
+           "examples_per_s_free": 9000.0},
+          {"input": "service, 1 worker", "workers": 1, "examples_per_s_stepped": 1500.0,
+           "examples_per_s_free": 3000.0}]
+  text = bench_service.report(rows, step_ms=30.0, batch_size=64, cores=2)
+  bench_service.write_page(text, {"rows": rows, "step_ms": 30.0}, LOAD)
+  page, record = _page(pages, "bench_service")
+  assert "input                    behind a 30 ms step     no step   examples/s" in page
+  assert "in process                             2,000       9,000" in page
+  assert "service, 1 worker                      1,500       3,000" in page
+  assert "(a step of 30 ms caps it at 2,133; 2 cores shared by trainer and workers)" in page
+  assert record["rows"] == rows
+
+
+def test_bench_tune_memory_pages_hold_each_trials_rss_and_the_growth(pages):
+  import bench_tune_memory
+  rows = [{"trial": f"{i:02d}", "status": "COMPLETED", "model_args": {"width": 16},
+           "batch_size": 16, "seconds": 1.0, "rss_mb": rss}
+          for i, rss in enumerate((500, 600, 650, 651, 652, 653))]
+  result = bench_tune_memory.summarize(rows, 400.0, False, 12.0)
+  assert (result["rss_after_first_mb"], result["rss_after_half_mb"],
+          result["rss_after_last_mb"]) == (500, 650, 653)
+  assert result["growth_second_half_mb"] == 3
+  assert result["slope_second_half_mb_per_trial"] == pytest.approx(1.0)
+  bench_tune_memory.write_page(bench_tune_memory.report(rows, result), result, LOAD)
+  kept = bench_tune_memory.summarize(rows, 400.0, True, 12.0)
+  bench_tune_memory.write_page(bench_tune_memory.report(rows, kept), kept, LOAD)
+  page, record = _page(pages, "bench_tune_memory")
+  assert "RSS before the search (TensorFlow imported): 400 MB" in page
+  assert "   05  COMPLETED  width=16           16      1.0      653" in page
+  assert "RSS after trials 1 / 3 / 6: 500 / 650 / 653 MB; second half: +1.00 MB a trial\n" in page
+  assert record == json.loads(json.dumps({**record, **result}))
+  page, record = _page(pages, "bench_tune_memory_keep_trial_graphs")
+  assert "trial graphs kept" in page and "+1.00 MB a trial (--keep_trial_graphs)" in page
+  assert record["keep_trial_graphs"] is True
+
+
+def test_bench_models_page_holds_its_table(pages):
+  import bench_models
+  rows = [{"model": "cnn", "args": "width=16", "parameters": 12345, "macs": 2.5e6,
+           "speed": {"current": {"steps_per_s": 3.25}}, "test_accuracy": 0.9,
+           "held_out_accuracy": None}]
+  text = bench_models.table(rows, ["current", "legacy"])
+  bench_models.write_page(text, {"rows": rows, "rounds": 2, "steps": 40, "train_steps": 600},
+                          LOAD)
+  page, record = _page(pages, "bench_models")
+  assert "| cnn | `width=16` | 12,345 | 2.5M | 3.25 | - | 0.900 | - |" in page
+  assert "median of 2 interleaved rounds of 40 steps per stack. Accuracy: 600 steps" in page
+  assert record["rows"] == rows
 
 
 def test_gpu_check_without_a_gpu_says_so_and_succeeds():
@@ -33,9 +183,13 @@ def test_bench_train_smoke_prints_the_table_and_writes_json_and_png(tmp_path):
   proc = _run(["tools/bench_train.py", "--workloads=wav", "--n_wav=192", "--batch_size=32",
                "--engines=keras", "--pipelines=audioclf_cold,audioclf_warm,limit",
                "--steps=8", "--warmup_steps=2", "--repeats=1", "--simulated_step_ms=5",
-               f"--out_dir={tmp_path / 'work'}", f"--json={out}", f"--png={png}"])
+               f"--out_dir={tmp_path / 'work'}", f"--json={out}", f"--png={png}", "--measured"],
+              AUDIOCLF_MEASURED_DIR=str(tmp_path / "measured"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "warm_vs_limit[keras]" in proc.stdout
+  page, record = _page(tmp_path / "measured", "bench_train")
+  assert "warm_vs_limit[keras]" in page and "python tools/bench_train.py --workloads=wav" in page
+  assert record["rows"] == json.loads(out.read_text())["rows"]
   results = json.loads(out.read_text())
   rows = {(r["engine"], r["pipeline"]): r for r in results["rows"]}
   assert set(rows) == {("keras", p) for p in ("audioclf_cold", "audioclf_warm", "limit")}
@@ -71,9 +225,12 @@ def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
                "--pipelines=audioclf_warm,audioclf_augment", "--repeats=1", "--epochs=1",
                "--min_seconds=0", "--short_epochs=0", "--train_steps_timed=3",
                "--augmentations=speed,gain", "--augment_each",
-               f"--out_dir={tmp_path / 'work'}", f"--json={out}"])
+               f"--out_dir={tmp_path / 'work'}", f"--json={out}", "--measured"],
+              AUDIOCLF_MEASURED_DIR=str(tmp_path / "measured"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "augment_vs_training" in proc.stdout
+  page, _ = _page(tmp_path / "measured", "bench_input")
+  assert "augment_vs_training" in page
   results = json.loads(out.read_text())
   rows = {r["pipeline"]: r for r in results["rows"]}
   assert {"audioclf_augment", "augment_speed", "augment_gain", "demo_train"} <= set(rows)

@@ -513,8 +513,8 @@ def main(argv):
   if FLAGS.json:
     benchdata.write_json(FLAGS.json, params, rows, targets)
   if FLAGS.measured:
-    command = "python tools/bench_input.py " + " ".join(sys.argv[1:])
-    print("wrote", measured.write("bench_input", "Input pipelines (tools/bench_input.py)", command,
+    print("wrote", measured.write("bench_input", "Input pipelines (tools/bench_input.py)",
+                                  measured.command(),
                                   "\n" + text, {"rows": rows, "targets": targets}, load_before))
 
 

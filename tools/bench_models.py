@@ -1,6 +1,6 @@
 """The built-in models side by side: size, cost, CPU speed on each stack, accuracy on known and unseen voices.
 
-  python tools/bench_models.py --write_docs        # every row below (about an hour on 2 cores)
+  python tools/bench_models.py --measured          # every row below (about an hour on 2 cores)
   python tools/bench_models.py --rows=cnn:width=16,bc_resnet --train_steps=200 --rounds=1
 
 A row is `name[:model_args]` (a registered model and its --model_args, ";"
@@ -14,7 +14,7 @@ between several: `bc_resnet:scale=8`). For each:
   accuracy       trained --train_steps on the demo data (flags/demo.flags, current stack):
                  its test split (voices heard in training), and voices held out from training
 
---write_docs writes the table to docs/measured/bench_models.md (tools/measured.py),
+--measured writes the table to docs/measured/bench_models.md (tools/measured.py),
 which docs/models.md points to. Progress goes to stderr; one JSON line ends stdout.
 """
 
@@ -41,13 +41,12 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-  bench_stacks.define_driver_flags()
+  bench_stacks.define_driver_flags(page="bench_models")  # --measured among them.
   FLAGS.set_default("rounds", 2)
   flags.DEFINE_list("rows", list(ROWS), "Models to measure: name[:model_args], args ';'-joined.")
   flags.DEFINE_integer("train_steps", 600, "Training steps of each accuracy run; 0 skips them.")
   flags.DEFINE_string("runs_dir", os.path.join(ROOT, "runs", "bench_models"),
                       "Where the accuracy runs' model_dirs go.")
-  flags.DEFINE_bool("write_docs", False, "Write docs/measured/bench_models.md.")
 
 
 def parse_row(row: str) -> tuple[str, str]:
@@ -172,6 +171,21 @@ def table(rows: list[dict], stacks: list[str]) -> str:
   return "\n".join(lines)
 
 
+def write_page(text: str, record: dict, load_before: str) -> str:
+  """Writes the table and `record` to bench_models' page (tools/measured.py); returns its path.
+
+  Args:
+    text: the table, as table() draws it.
+    record: the run's JSON record (main's).
+    load_before: the load average when the run started.
+  """
+  body = (f"{text}\n\nsteps/s: Keras fit, batch 64, median of {record['rounds']} interleaved "
+          f"rounds of {record['steps']} steps per stack. Accuracy: {record['train_steps']} steps "
+          "of flags/demo.flags on the current stack.\n")
+  return measured.write("bench_models", "Built-in models", measured.command(), body, record,
+                        load_before=load_before)
+
+
 def main(argv) -> None:
   del argv
   start, load_before = time.perf_counter(), measured.load()
@@ -189,14 +203,10 @@ def main(argv) -> None:
   text = table(rows, stacks)
   print(text)
   record = {"bench": "bench_models", "rows": rows, "stacks": stacks, "rounds": FLAGS.rounds,
-            "train_steps": FLAGS.train_steps, "seconds": round(time.perf_counter() - start)}
-  if FLAGS.write_docs:
-    command = "python tools/bench_models.py " + " ".join(sys.argv[1:])
-    body = (f"{text}\n\nsteps/s: Keras fit, batch 64, median of {FLAGS.rounds} interleaved "
-            f"rounds of {FLAGS.steps} steps per stack. Accuracy: {FLAGS.train_steps} steps of "
-            "flags/demo.flags on the current stack.\n")
-    measured.write("bench_models", "Built-in models", command.strip(), body, record,
-                   load_before=load_before)
+            "steps": FLAGS.steps, "train_steps": FLAGS.train_steps,
+            "seconds": round(time.perf_counter() - start)}
+  if FLAGS.measured:
+    print("wrote", write_page(text, record, load_before), file=sys.stderr)
   print(json.dumps(record))
 
 

@@ -2,6 +2,7 @@
 
   python tools/bench_stacks.py                     # both stacks, 3 rounds each (~2-3 min on 2 cores)
   python tools/bench_stacks.py --rounds=5 --steps=60 --json=runs/bench_stacks.json
+  python tools/bench_stacks.py --measured          # also to docs/measured/bench_stacks.md
   AUDIOCLF_VENV_LEGACY=/elsewhere/.venv-legacy python tools/bench_stacks.py
 
 Trains the demo preset's model (flags/demo.flags: cnn, width 16, batch 64, no
@@ -22,7 +23,9 @@ the ratio is the median of the ratios within one round, so a shared machine's
 slow drifts cancel. steps/s counts the steps after --warmup_steps (tracing,
 thread start-up). Prints a table, PASS/MISS for the target (current / legacy
 >= 0.90), the same comparison in process CPU time a step (which a loaded
-machine disturbs less), and one JSON line; progress goes to stderr.
+machine disturbs less), and one JSON line; progress goes to stderr. With
+--measured, the report and the JSON also go to docs/measured/bench_stacks.md
+and .json (tools/measured.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import tempfile
 import time
 
 from absl import app, flags
+
+import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = "--worker"  # As the first argument: run one round on this interpreter's stack.
@@ -123,7 +128,8 @@ def worker(argv) -> None:
 # --- Driver: rounds over the stacks' venvs.
 
 
-def define_driver_flags() -> None:
+def define_driver_flags(page: str = "bench_stacks") -> None:
+  """The driver's flags (tools/bench_models.py's too, whose page is `page`)."""
   flags.DEFINE_integer("rounds", 3, "Rounds; each runs every stack once.")
   flags.DEFINE_integer("steps", 40, "Training steps of every run.")
   flags.DEFINE_integer("warmup_steps", 5, "First steps of a run left out of steps/s.")
@@ -134,6 +140,8 @@ def define_driver_flags() -> None:
                       "Generated files and each stack's cache.")
   flags.DEFINE_integer("timeout_s", 600, "Give up on a round's run after this many seconds.")
   flags.DEFINE_string("json", None, "Also write the results to this JSON file.")
+  flags.DEFINE_bool("measured", False, f"Also write the report to docs/measured/{page}.md "
+                    "(and .json), headed by the date, machine, load and command.")
 
 
 def _log(msg: str) -> None:
@@ -161,8 +169,8 @@ def run_round(python: str, result_path: str, model_flags=DEMO_FLAGS) -> dict:
     return json.load(f)
 
 
-def driver(argv) -> None:
-  del argv
+def _stacks() -> list[str]:
+  """--stacks whose venv exists here (each missing one said on stderr)."""
   for stack in FLAGS.stacks:
     if stack not in STACKS:
       raise app.UsageError(f"--stacks: unknown {stack!r}; known: {list(STACKS)}")
@@ -175,9 +183,13 @@ def driver(argv) -> None:
       _log(f"skipped: {stack} stack: no {python} (tools/test.sh or tools/demo.sh creates it)")
   if not stacks:
     raise app.UsageError("no stack's venv found")
+  return stacks
+
+
+def rounds(stacks: list[str]) -> dict[str, list[dict]]:
+  """--rounds interleaved rounds, each running every stack once: {stack: [round's result]}."""
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   runs: dict[str, list[dict]] = {s: [] for s in stacks}
-  start = time.perf_counter()
   for r in range(FLAGS.rounds):
     for stack in stacks[r % len(stacks):] + stacks[:r % len(stacks)]:
       t = time.perf_counter()
@@ -187,6 +199,16 @@ def driver(argv) -> None:
            f"{result['keras']}): {result['steps_per_s']:6.2f} steps/s over "
            f"{result['measured_steps']} steps, {result['cpu_ms_per_step']:.0f} CPU ms a step "
            f"({time.perf_counter() - t:.0f} s)")
+  return runs
+
+
+def summarize(runs: dict[str, list[dict]], **settings) -> dict:
+  """The JSON record of rounds(): medians per stack, ratios within rounds, the verdict.
+
+  Args:
+    runs: rounds()'s results, the same number of rounds for every stack.
+    **settings: what the run was (steps, rounds, ...), into the record.
+  """
   summary = {s: {"tensorflow": rs[0]["tensorflow"], "keras": rs[0]["keras"],
                  "steps_per_s": statistics.median(x["steps_per_s"] for x in rs),
                  "cpu_ms_per_step": statistics.median(x["cpu_ms_per_step"] for x in rs),
@@ -197,39 +219,67 @@ def driver(argv) -> None:
   # The same comparison in CPU time a step (legacy / current: above 1, Keras 3 does less work).
   cpu_ratios = ([l["cpu_ms_per_step"] / c["cpu_ms_per_step"]
                  for c, l in zip(runs["current"], runs["legacy"])] if ratios else [])
-  cpu_ratio = statistics.median(cpu_ratios) if cpu_ratios else None
+  return {"bench": "bench_stacks", "stacks": summary, "ratio_current_to_legacy": ratio,
+          "round_ratios": ratios,
+          "cpu_ratio_legacy_to_current": statistics.median(cpu_ratios) if cpu_ratios else None,
+          "target": TARGET_RATIO, "pass": None if ratio is None else ratio >= TARGET_RATIO,
+          **settings}
 
-  print(f"\nreal CNN (demo preset: cnn width 16, batch 64), Keras fit on {FLAGS.limit_batches} "
-        f"in-memory batches, {FLAGS.steps} steps ({FLAGS.warmup_steps} warm-up); "
-        f"{os.cpu_count()} CPU cores; {FLAGS.rounds} interleaved rounds")
-  print(f"{'round':>5s}  " + "  ".join(f"{s + ' steps/s':>16s}" for s in stacks)
-        + (f"  {'current/legacy':>14s}" if ratios else ""))
-  for r in range(FLAGS.rounds):
-    print(f"{r + 1:5d}  " + "  ".join(f"{runs[s][r]['steps_per_s']:16.2f}" for s in stacks)
-          + (f"  {ratios[r]:14.3f}" if ratios else ""))
-  print(f"{'median':>5s}  " + "  ".join(f"{summary[s]['steps_per_s']:16.2f}" for s in stacks)
-        + (f"  {ratio:14.3f}" if ratios else ""))
-  for s in stacks:
-    print(f"  {s}: TF {summary[s]['tensorflow']}, Keras {summary[s]['keras']}, "
-          f"{summary[s]['cpu_ms_per_step']:.0f} CPU ms a step (median)")
-  if cpu_ratio is not None:
-    print(f"  in CPU time a step, legacy / current: {cpu_ratio:.3f} (the load disturbs it less)")
+
+def report(record: dict, head: str) -> str:
+  """The table of summarize()'s `record` and its verdict under `head`, as printed and written.
+
+  Returns:
+    Markdown: `head`, then the table and the PASS/MISS line in a fenced block.
+  """
+  summary, ratios, ratio = record["stacks"], record["round_ratios"], record["ratio_current_to_legacy"]
+  stacks = list(summary)
+  lines = [head, "```",
+           f"{'round':>5s}  " + "  ".join(f"{s + ' steps/s':>16s}" for s in stacks)
+           + (f"  {'current/legacy':>14s}" if ratios else "")]
+  for r in range(len(summary[stacks[0]]["rounds"])):
+    lines.append(f"{r + 1:5d}  " + "  ".join(f"{summary[s]['rounds'][r]:16.2f}" for s in stacks)
+                 + (f"  {ratios[r]:14.3f}" if ratios else ""))
+  lines.append(f"{'median':>5s}  " + "  ".join(f"{summary[s]['steps_per_s']:16.2f}" for s in stacks)
+               + (f"  {ratio:14.3f}" if ratios else ""))
+  lines += [f"  {s}: TF {summary[s]['tensorflow']}, Keras {summary[s]['keras']}, "
+            f"{summary[s]['cpu_ms_per_step']:.0f} CPU ms a step (median)" for s in stacks]
+  if record["cpu_ratio_legacy_to_current"] is not None:
+    lines.append(f"  in CPU time a step, legacy / current: "
+                 f"{record['cpu_ratio_legacy_to_current']:.3f} (the load disturbs it less)")
   if ratio is None:
-    print("ratio: needs both stacks")
+    lines.append("ratio: needs both stacks")
   else:
-    print(f"\n{'PASS' if ratio >= TARGET_RATIO else 'MISS'}  keras3_vs_keras2 {ratio:.3f} "
-          f"(want >= {TARGET_RATIO:.2f}: Keras 3 within 10% of Keras 2)")
+    lines += ["", f"{'PASS' if record['pass'] else 'MISS'}  keras3_vs_keras2 {ratio:.3f} "
+                  f"(want >= {record['target']:.2f}: Keras 3 within 10% of Keras 2)"]
+  return "\n".join(lines + ["```"])
+
+
+def write_page(text: str, record: dict, load_before: str) -> str:
+  """Writes report()'s `text` and `record` to bench_stacks' page (tools/measured.py); its path."""
+  return measured.write("bench_stacks", "The two stacks' training speed (tools/bench_stacks.py)",
+                        measured.command(), "\n" + text, record, load_before)
+
+
+def driver(argv) -> None:
+  del argv
+  stacks = _stacks()
+  start, load_before = time.perf_counter(), measured.load()
+  record = summarize(rounds(stacks), steps=FLAGS.steps, warmup_steps=FLAGS.warmup_steps,
+                     rounds=FLAGS.rounds, cpu_count=os.cpu_count())
+  text = report(record, f"real CNN (demo preset: cnn width 16, batch 64), Keras fit on "
+                        f"{FLAGS.limit_batches} in-memory batches, {FLAGS.steps} steps "
+                        f"({FLAGS.warmup_steps} warm-up); {os.cpu_count()} CPU cores; "
+                        f"{FLAGS.rounds} interleaved rounds")
+  print("\n" + text.replace("```\n", "").replace("\n```", ""))
   print(f"({time.perf_counter() - start:.0f} s)")
-  record = {"bench": "bench_stacks", "stacks": summary, "ratio_current_to_legacy": ratio,
-            "round_ratios": ratios, "cpu_ratio_legacy_to_current": cpu_ratio,
-            "target": TARGET_RATIO,
-            "pass": None if ratio is None else ratio >= TARGET_RATIO, "steps": FLAGS.steps,
-            "warmup_steps": FLAGS.warmup_steps, "rounds": FLAGS.rounds, "cpu_count": os.cpu_count()}
   print(json.dumps(record))
   if FLAGS.json:
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.json)), exist_ok=True)
     with open(FLAGS.json, "w") as f:
       json.dump(record, f, indent=2)
+  if FLAGS.measured:
+    print("wrote", write_page(text, record, load_before), file=sys.stderr)
 
 
 if __name__ == "__main__":

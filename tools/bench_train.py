@@ -1,10 +1,11 @@
 """python tools/bench_train.py --simulated_step_ms=30   # recommended: an accelerator-like step (~5 min)
+python tools/bench_train.py --simulated_step_ms=30 --measured   # the same, written to docs/measured/
 python tools/bench_train.py                          # the real audioclf model on the CPU (~6 min)
 python tools/bench_train.py --simulated_step_ms=30 --png=docs/bench_train.png --json=runs/bench_train.json
 python tools/bench_train.py --simulated_step_ms=30 --steps=100 --repeats=5  # tighter medians (~10 min)
 python tools/bench_train.py --workloads=wav --repeats=1 --steps=20 --simulated_step_ms=30  # smoke
 
-(times on 2 CPU cores.) Prints one table per workload, then PASS/MISS per
+(times on 2 CPU cores.) Prints a table of every workload, then PASS/MISS per
 target: training steps/s of each engine fed by each input pipeline, the input
 stall fraction, and the ratio to the limit. Is the input ever the bottleneck?
 
@@ -50,7 +51,9 @@ ratios within one round, so a noisy machine's slow drifts cancel. The two
 baselines decode every epoch and so run at one rate throughout: each of their
 runs stops after --max_seconds of measured steps (the "steps" column says how
 many it timed), which keeps FLAC's default run within minutes. Every other
-run trains all --steps. Progress goes to stderr.
+run trains all --steps. Progress goes to stderr. With --measured, the report
+and the results also go to docs/measured/bench_train.md and .json
+(tools/measured.py).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ from audioclf.engines.clock import EstimatorClockHook, StepClock  # noqa: E402
 from audioclf.engines import keras_loop  # noqa: E402
 from audioclf.engines.stall import EstimatorStallHook, StallMeter  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
+import measured  # noqa: E402
 
 FLAGS = flags.FLAGS
 ENGINES = ("keras", "estimator")
@@ -117,6 +121,8 @@ def define_flags() -> None:
   flags.DEFINE_list("engines", list(engines_lib.available()), "Engines to run (default: those this "
                     "stack runs; the Estimator needs the legacy stack).")
   flags.DEFINE_string("png", None, "Also draw steps/s relative to the limit to this PNG file.")
+  flags.DEFINE_bool("measured", False, "Also write the report to docs/measured/bench_train.md "
+                    "(and .json), headed by the date, machine, load and command.")
 
 
 @dataclasses.dataclass
@@ -347,23 +353,58 @@ def _model_description(params: audioclf.Params) -> str:
   return f"real model {params.model} {params.model_args.flag()} on the CPU"
 
 
-def print_report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> None:
-  print(f"\naudioclf training input: {_model_description(params)}; batch {params.batch_size}, "
-        f"{FLAGS.steps} steps ({FLAGS.warmup_steps} warm-up); {os.cpu_count()} CPU cores, "
-        f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
-  print(f"{'workload':8s}  {'engine':9s}  {'pipeline':15s}  {'steps/s':>7s}  {'stall':>5s}  "
-        f"{'vs limit':>8s}  {'steps':>5s}  {'1st step s':>10s}")
+def heading(params: audioclf.Params) -> str:
+  """The line above the table: what trained, on what, over how many rounds."""
+  return (f"audioclf training input: {_model_description(params)}; batch {params.batch_size}, "
+          f"{FLAGS.steps} steps ({FLAGS.warmup_steps} warm-up); {os.cpu_count()} CPU cores, "
+          f"TF {tf.__version__}; medians of {FLAGS.repeats} rounds")
+
+
+def report(rows: list[dict], targets: list[dict], head: str) -> str:
+  """The table and the target verdicts under `head`, as printed (and written with --measured).
+
+  Args:
+    rows: summarize()'s rows, of every workload.
+    targets: summarize()'s verdicts, of every workload.
+    head: the line above the table (heading()).
+
+  Returns:
+    Markdown: `head`, then the table and PASS/MISS lines in a fenced block.
+  """
+  lines = [head, "```",
+           f"{'workload':8s}  {'engine':9s}  {'pipeline':15s}  {'steps/s':>7s}  {'stall':>5s}  "
+           f"{'vs limit':>8s}  {'steps':>5s}  {'1st step s':>10s}"]
   for row in rows:
     ratio = row["ratio_to_limit"]
-    print(f"{row['workload']:8s}  {row['engine']:9s}  {row['pipeline']:15s}  "
-          f"{row['steps_per_s']:7.2f}  "
-          f"{'-' if row['pipeline'] == UNMETERED else format(row['stall_fraction'], '5.3f'):>5s}  "
-          f"{(f'{ratio:.3f}' if ratio is not None else '-'):>8s}  {row['measured_steps']:5d}  "
-          f"{row['first_step_s']:10.2f}")
-  print()
-  for t in targets:
-    print(f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:22s} "
-          f"{t['value']:.3f} (want {t['want']})")
+    stall = "-" if row["pipeline"] == UNMETERED else format(row["stall_fraction"], "5.3f")
+    lines.append(f"{row['workload']:8s}  {row['engine']:9s}  {row['pipeline']:15s}  "
+                 f"{row['steps_per_s']:7.2f}  {stall:>5s}  "
+                 f"{(f'{ratio:.3f}' if ratio is not None else '-'):>8s}  "
+                 f"{row['measured_steps']:5d}  {row['first_step_s']:10.2f}")
+  lines.append("")
+  lines += [f"{'PASS' if t['pass'] else 'MISS'}  {t['workload']:5s} {t['target']:22s} "
+            f"{t['value']:.3f} (want {t['want']})" for t in targets]
+  return "\n".join(lines + ["```"])
+
+
+def write_page(text: str, rows: list[dict], targets: list[dict], load_before: str,
+               **settings) -> str:
+  """Writes report()'s `text` and the results to bench_train's page (tools/measured.py).
+
+  Args:
+    text: report()'s markdown.
+    rows: summarize()'s rows.
+    targets: summarize()'s verdicts.
+    load_before: the load average when the run started.
+    **settings: what the run was (steps, the simulated step, ...), into the JSON.
+
+  Returns:
+    The page's path.
+  """
+  return measured.write("bench_train", "Training input (tools/bench_train.py)",
+                        measured.command(), "\n" + text,
+                        {"bench": "bench_train", **settings, "rows": rows, "targets": targets},
+                        load_before)
 
 
 def draw(rows: list[dict], path: str, params: audioclf.Params) -> None:
@@ -400,8 +441,8 @@ def draw(rows: list[dict], path: str, params: audioclf.Params) -> None:
   plt.close(fig)
 
 
-def main(argv):
-  del argv
+def _check_flags() -> None:
+  """Raises app.UsageError for a flag no run can honour."""
   for flag, known, chosen in (("workloads", benchdata.WORKLOADS, FLAGS.workloads),
                               ("engines", ENGINES, FLAGS.engines),
                               ("pipelines", PIPELINES, FLAGS.pipelines)):
@@ -412,31 +453,47 @@ def main(argv):
     raise app.UsageError("--warmup_steps must be at least 1 and less than --steps")
   for engine in FLAGS.engines:
     engines_lib.get(engine)  # The Estimator on the current stack: say which stack it needs.
-  logging.set_verbosity(logging.WARNING)  # The Estimator logs every session start.
-  tf.get_logger().setLevel("ERROR")
-  params = command_flags.params_from_flags()
+
+
+def bench(params: audioclf.Params) -> tuple[list[dict], list[dict]]:
+  """Every workload's runs, summarized: (rows, targets)."""
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   if os.path.exists(_cold_root()):
     _log(f"removing cold caches an interrupted run left in {_cold_root()}")
     shutil.rmtree(_cold_root(), ignore_errors=True)
   rows, targets = [], []
   total = len(FLAGS.workloads) * len(FLAGS.engines) * len(FLAGS.pipelines) * FLAGS.repeats
-  start = time.perf_counter()
   with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
     for name in FLAGS.workloads:
       r, t = summarize(name, bench_workload(name, params, bar))
       rows += r
       targets += t
   shutil.rmtree(_cold_root(), ignore_errors=True)
-  print_report(rows, targets, params)
+  return rows, targets
+
+
+def main(argv):
+  del argv
+  _check_flags()
+  logging.set_verbosity(logging.WARNING)  # The Estimator logs every session start.
+  tf.get_logger().setLevel("ERROR")
+  params = command_flags.params_from_flags()
+  start, load_before = time.perf_counter(), measured.load()
+  rows, targets = bench(params)
+  text = report(rows, targets, heading(params))
+  print("\n" + text.replace("```\n", "").replace("\n```", ""))
   print(f"({time.perf_counter() - start:.0f} s)")
   if FLAGS.png:
     draw(rows, FLAGS.png, params)
     print(f"wrote {FLAGS.png}")
+  settings = dict(simulated_step_ms=FLAGS.simulated_step_ms, steps=FLAGS.steps,
+                  warmup_steps=FLAGS.warmup_steps, max_seconds=FLAGS.max_seconds)
   if FLAGS.json:
-    benchdata.write_json(FLAGS.json, params, rows, targets,
-                         simulated_step_ms=FLAGS.simulated_step_ms, steps=FLAGS.steps,
-                         warmup_steps=FLAGS.warmup_steps, max_seconds=FLAGS.max_seconds)
+    benchdata.write_json(FLAGS.json, params, rows, targets, **settings)
+  if FLAGS.measured:
+    print("wrote", write_page(text, rows, targets, load_before, model=_model_description(params),
+                              repeats=FLAGS.repeats, cpu_count=os.cpu_count(),
+                              tf_version=tf.__version__, params=params.to_dict(), **settings))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Where the benchmarks write what they measured: docs/measured/<bench>.md, with when, where and how.
 
   import measured
-  measured.write("bench_models", "Built-in models", command, table_markdown, results)
+  measured.write("bench_models", "Built-in models", measured.command(), table_markdown, results)
+
+Every benchmark writes its page with --measured. AUDIOCLF_MEASURED_DIR, where
+set, names another folder to write to (smoke runs and tests use it, so they
+leave docs/measured alone).
 
 Every figure the docs quote comes from a file here, written by the tool that
 measured it, headed by the date, the machine (CPU model, cores, memory), the
@@ -20,6 +24,23 @@ from typing import Any, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIR = os.path.join(ROOT, "docs", "measured")
+DIR_ENV = "AUDIOCLF_MEASURED_DIR"  # Another folder for the pages: smoke runs and tests.
+
+
+def directory() -> str:
+  """Where the pages go: $AUDIOCLF_MEASURED_DIR where set, else docs/measured."""
+  return os.environ.get(DIR_ENV) or DIR
+
+
+def command(argv: Optional[list[str]] = None) -> str:
+  """The command line of this run as a user types it again from the repository root.
+
+  Args:
+    argv: the arguments, the script's path first (default: sys.argv).
+  """
+  argv = sys.argv if argv is None else argv
+  script = os.path.relpath(os.path.abspath(argv[0]), ROOT)
+  return " ".join(["python", script, *argv[1:]])
 
 
 def machine() -> str:
@@ -40,6 +61,7 @@ def machine() -> str:
 
 
 def load() -> str:
+  """The load average over 1, 5 and 15 minutes, in a line ("unknown" where there is none)."""
   try:
     one, five, fifteen = os.getloadavg()
   except OSError:
@@ -49,7 +71,7 @@ def load() -> str:
 
 def write(name: str, title: str, command: str, body: str,
           results: Optional[dict[str, Any]] = None, load_before: Optional[str] = None) -> str:
-  """Writes docs/measured/<name>.md (and <name>.json with `results`); returns the .md path.
+  """Writes <name>.md (and <name>.json with `results`) in directory(); returns the .md path.
 
   Args:
     name: the file's name, the benchmark's.
@@ -59,7 +81,8 @@ def write(name: str, title: str, command: str, body: str,
     results: the figures as data, for other tools.
     load_before: the load average when the run started (load() then).
   """
-  os.makedirs(DIR, exist_ok=True)
+  folder = directory()
+  os.makedirs(folder, exist_ok=True)
   now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
   header = [f"# {title}", "",
             f"Measured {now} by `{command}`", "",
@@ -67,11 +90,11 @@ def write(name: str, title: str, command: str, body: str,
             f"- load average: {load_before + ' at the start, ' if load_before else ''}"
             f"{load()} at the end",
             f"- Python {sys.version.split()[0]}", ""]
-  path = os.path.join(DIR, f"{name}.md")
+  path = os.path.join(folder, f"{name}.md")
   with open(path, "w") as f:
     f.write("\n".join(header) + body.rstrip("\n") + "\n")
   if results is not None:
-    with open(os.path.join(DIR, f"{name}.json"), "w") as f:
+    with open(os.path.join(folder, f"{name}.json"), "w") as f:
       json.dump({"measured": now, "machine": machine(), "command": command, **results}, f,
                 indent=2, sort_keys=True)
       f.write("\n")
