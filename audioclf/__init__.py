@@ -18,7 +18,7 @@ The package, by concern (each folder's __init__ says more):
   migration/     legacy (Keras 2) model_dirs to Keras 3
   commands/      `python -m audioclf <command>`: every command's flags and main
 
-Each layer imports only those above it in this list; tests/test_layout.py checks it.
+Each layer imports only those above it in this list; tests/test_package.py checks it.
 """
 
 import importlib

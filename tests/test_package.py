@@ -1,7 +1,5 @@
-"""The package's shape: a light `import audioclf`, its functions, layers with no import back up, every command runnable."""
+"""The package's shape: a light `import audioclf`, its functions, layers with no import back up (and their drawing in docs/README.md up to date), every command runnable."""
 
-import ast
-import importlib.util
 import os
 import pkgutil
 import subprocess
@@ -13,51 +11,31 @@ import audioclf
 from audioclf import commands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The layers, lowest first: a module may import its own layer and those before it, never after.
-LAYERS = (
-    ("audioclf.params",),
-    ("audioclf.compat",),
-    ("audioclf.data",),
-    ("audioclf.model",),
-    ("audioclf.distributed",),
-    ("audioclf.engines",),
-    ("audioclf.deploy",),
-    ("audioclf.tuning", "audioclf.migration"),
-    ("audioclf.commands", "audioclf.__main__"),
-)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+# The layers (LAYERS) and the reading of the imports are written once, in the tool that draws them.
+import import_graph  # noqa: E402  pylint: disable=wrong-import-position
+
+KNOWN = import_graph.modules()
 
 
 def _layer(module: str) -> int:
-  for i, prefixes in enumerate(LAYERS):
-    if any(module == p or module.startswith(p + ".") for p in prefixes):
-      return i
-  raise AssertionError(f"{module} is in no layer of LAYERS: add it where it belongs")
+  try:
+    return import_graph.layer(module)
+  except ValueError as e:
+    raise AssertionError(str(e)) from None
 
 
 def _modules() -> list[str]:
-  return [m.name for m in pkgutil.walk_packages(audioclf.__path__, "audioclf.")]
+  return sorted(set(KNOWN) - {"audioclf"})
 
 
 def _imports(module: str) -> set[str]:
   """The audioclf modules `module` imports, anywhere in it (inside functions too)."""
-  with open(importlib.util.find_spec(module).origin) as f:
-    tree = ast.parse(f.read())
-  found = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      found.update(a.name for a in node.names)
-    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-      # `from audioclf.data import store` imports the module audioclf.data.store.
-      found.update(f"{node.module}.{a.name}" if _is_module(f"{node.module}.{a.name}")
-                   else node.module for a in node.names)
-  return {name for name in found if name == "audioclf" or name.startswith("audioclf.")}
+  return import_graph.imports(module, KNOWN)
 
 
-def _is_module(name: str) -> bool:
-  try:
-    return importlib.util.find_spec(name) is not None
-  except ModuleNotFoundError:
-    return False
+def test_the_source_walk_finds_the_modules_python_finds():
+  assert _modules() == sorted(m.name for m in pkgutil.walk_packages(audioclf.__path__, "audioclf."))
 
 
 def test_every_import_goes_to_the_same_layer_or_a_lower_one():
@@ -91,6 +69,40 @@ def test_no_import_cycle_between_modules():
   for module in sorted(graph):
     if module not in state:
       visit(module, [])
+
+
+def test_the_drawing_in_docs_readme_is_todays_import_graph():
+  with open(import_graph.README) as f:
+    drawn = import_graph.drawn(f.read())
+  assert drawn is not None, f"docs/README.md lost its {import_graph.BEGIN} ... {import_graph.END}"
+  assert drawn == import_graph.drawing(), "stale: run python tools/import_graph.py"
+
+
+def test_the_drawing_has_no_arrow_up_and_no_circle():
+  with open(import_graph.README) as f:
+    edges = import_graph.drawn_edges(f.read())
+  units = {import_graph.node_id(import_graph.unit(m)): import_graph.unit(m) for m in _modules()}
+  assert edges and {n for edge in edges for n in edge} <= set(units)
+  upward = [f"{units[a]} --> {units[b]}" for a, b in edges
+            if _layer(units[a]) < _layer(units[b])]
+  assert not upward, "\n".join(upward)
+  reach = {a: {b for x, b in edges if x == a} for a in units}
+  for _ in units:  # The transitive closure: a circle puts a unit among those it reaches.
+    reach = {a: r.union(*(reach[b] for b in r)) for a, r in reach.items()}
+  assert not [a for a, r in reach.items() if a in r]
+
+
+def test_an_import_inside_a_function_and_a_relative_one_count(tmp_path):
+  package = tmp_path / "audioclf"
+  (package / "data").mkdir(parents=True)
+  for path in ("__init__.py", "params.py", "data/__init__.py", "data/store.py"):
+    (package / path).write_text("")
+  (package / "data" / "fill.py").write_text(
+      "def f():\n  from . import store\n  from ..params import Params\n  import numpy\n")
+  known = import_graph.modules(str(tmp_path))
+  assert import_graph.imports("audioclf.data.fill", known) == {"audioclf.data.store",
+                                                               "audioclf.params"}
+  assert import_graph.graph(str(tmp_path)) == {("audioclf.data", "audioclf.params"): 1}
 
 
 def test_import_is_light():
