@@ -69,10 +69,12 @@ def explain(case, out):
   return f"{case}: rc={out.returncode}\n{out.stderr[-2500:]}"
 
 
-def matrix(tmp_path, scenario, modes=("train", "eval")):
+def matrix(tmp_path, scenario, modes=("train", "eval"), states=("cold", "warm")):
+  """A case per format x cache state x mode. A cold pipeline has Python decoding in flight at
+  exit, the cause of every hang seen so far; warm ones run native ops only."""
   cases = []
   for ext, data in datasets(tmp_path).items():
-    for state in ("cold", "warm"):
+    for state in states:
       for mode in modes:
         cache_dir = str(tmp_path / f"cache-{ext}-{state}-{mode}")
         if state == "warm":
@@ -90,23 +92,23 @@ def test_peek_and_exit_ends_with_rc_0_cold_flac_train(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["peek", "read_on"])
-def test_scripts_that_stop_reading_end_with_rc_0(tmp_path, scenario):
-  cases = matrix(tmp_path, scenario)
+@pytest.mark.parametrize("scenario, states", [("peek", ("cold", "warm")), ("read_on", ("cold",))])
+def test_scripts_that_stop_reading_end_with_rc_0(tmp_path, scenario, states):
+  cases = matrix(tmp_path, scenario, states=states)
   for case, out in zip(cases, run_all(cases)):
     assert out.returncode == 0 and "peeked" in out.stdout, explain(case, out)
 
 
 @pytest.mark.slow
 def test_an_exception_mid_run_ends_with_rc_1_and_its_message(tmp_path):
-  cases = matrix(tmp_path, "raise")
+  cases = matrix(tmp_path, "raise", states=("cold",))
   for case, out in zip(cases, run_all(cases)):
     assert out.returncode == 1 and "user code failed mid-run" in out.stderr, explain(case, out)
 
 
 @pytest.mark.slow
 def test_ctrl_c_mid_run_ends_the_process(tmp_path):
-  cases = matrix(tmp_path, "interrupt")
+  cases = matrix(tmp_path, "interrupt", states=("cold",))
   for case, out in zip(cases, run_all(cases)):
     # Python ends an unhandled KeyboardInterrupt as killed by SIGINT (rc -2), never rc 134.
     assert out.returncode in (-2, 130, 1) and "KeyboardInterrupt" in out.stderr, \

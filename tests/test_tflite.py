@@ -132,20 +132,3 @@ def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine)
   assert set(last["variants"]) == {"none", "dynamic"}
   assert last["variants"]["none"]["agreement"] == 1.0
   assert os.path.isfile(tmp_path / "model_dynamic.tflite")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, args", [("bc_resnet", {"scale": 1}),
-                                        ("matchboxnet", {"blocks": 1, "repeats": 1,
-                                                         "channels": 16})])
-def test_modern_built_in_models_export_int8_with_builtin_ops(tone_params, tmp_path, name, args):
-  # Registered exactly as a user's model is; their width/depth set by --model_args.
-  import audioclf  # pylint: disable=g-import-not-at-top
-  params = tone_params.replace(model=name, model_args=args, model_dir=str(tmp_path / "model"),
-                               train_steps=40, eval_every_steps=40)
-  audioclf.train(params)
-  result = tflite.export(params.model_dir, str(tmp_path / "tflite"), quantize=("none", "int8"),
-                         calibration_count=24)
-  assert result["variants"]["none"]["agreement"] == 1.0
-  assert result["variants"]["none"]["max_prob_diff"] < 1e-4
-  assert result["variants"]["int8"]["agreement"] >= 0.8
