@@ -19,6 +19,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from audioclf.compat import stack as compat_stack
+
 # 60 dB of decay is a factor 1000 in amplitude: exp(-ln(1000) t / RT60).
 _LN_1000 = math.log(1000.0)
 
@@ -60,14 +62,34 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   return _read_at(waves, factors)
 
 
-@tf.function(jit_compile=True)
 def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
 
-  Compiled by XLA into one loop over the batch (on both stacks, eagerly and
-  inside tf.data): as separate TensorFlow ops, the dozen elementwise steps
-  over batch x samples cost several times more.
+  On the current stack, one loop over the batch compiled by XLA (eagerly and
+  inside tf.data alike): as separate TensorFlow ops, the dozen elementwise
+  steps over batch x samples cost several times more. The legacy stack's XLA
+  prints its compiler's notes on stderr at every first use, whatever
+  TF_CPP_MIN_LOG_LEVEL says; there the same reads are
+  ImageProjectiveTransformV3's (the kernel behind Keras' RandomZoom).
   """
+  if compat_stack.STACK == compat_stack.CURRENT_STACK:
+    return _read_at_xla(waves, factors)
+  n = waves.shape[-1]
+  centre = (n - 1) / 2.0
+  zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
+  # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
+  transforms = tf.stack([factors, zeros, centre * (1.0 - factors), zeros, ones, zeros, zeros,
+                         zeros], axis=1)
+  images = waves[:, tf.newaxis, :, tf.newaxis]  # [batch, height 1, width n, 1 channel].
+  out = tf.raw_ops.ImageProjectiveTransformV3(
+      images=images, transforms=transforms, output_shape=tf.constant([1, n], tf.int32),
+      fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT")
+  return tf.reshape(out, tf.shape(waves))
+
+
+@tf.function(jit_compile=True)
+def _read_at_xla(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
+  """`_read_at` as a gather from the clip with a zero each side, for XLA to fuse."""
   n = waves.shape[-1]
   centre = (n - 1) / 2.0
   position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
