@@ -39,9 +39,13 @@ def test_bench_augment_plans_a_row_per_augmentation_the_preset_adds(tmp_path):
   base = [f"--flagfile={demo}"]
   speed, pitch = ["--speed_perturb=0.8,1.25"], ["--pitch_shift_semitones=-3,3",
                                                 "--pitch_tempo_prob=0.5"]
-  # Noise is the demo's own: no row; the preset trains longer, so it has a row beside `all`.
+  # Noise is the demo's own: no row. The preset trains longer, so it has a row beside `all`,
+  # and so has its control: the preset with the demo's augmentations.
   assert rows == {"baseline": base, "speed": base + speed, "pitch": base + pitch,
-                  "all": base + speed + pitch, "preset": [f"--flagfile={preset}"]}
+                  "all": base + speed + pitch,
+                  "preset_bare": [f"--flagfile={preset}", "--speed_perturb=1.0,1.0",
+                                  "--pitch_shift_semitones=0.0,0.0", "--pitch_tempo_prob=1.0"],
+                  "preset": [f"--flagfile={preset}"]}
   proc = _run(["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}",
                f"--preset={preset}", "--rows=baseline,nonsense"])
   assert proc.returncode != 0 and "nonsense" in proc.stderr

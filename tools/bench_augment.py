@@ -1,6 +1,6 @@
 """What each augmentation buys on unseen voices: the demo recipe with each one alone, and the preset.
 
-  python tools/bench_augment.py --measured      # every row, seeds 0 and 1 (~40 min on 2 cores)
+  python tools/bench_augment.py --measured      # every row, seeds 0 and 1 (under an hour, 2 cores)
   python tools/bench_augment.py --rows=baseline,speed --seeds=0 --train_steps=200  # a quick look
   python tools/bench_augment.py --cache_dir=/tmp/cache --runs_dir=/tmp/bench_augment
   python tools/bench_augment.py --plan          # each row's flags, nothing trained
@@ -12,8 +12,10 @@ Rows, each trained with the Keras engine on this interpreter's stack, once per -
   <name>        the demo recipe plus one augmentation of the preset alone, at the preset's own
                 settings (AUGMENTATIONS: the flags each one is; a row for each the preset turns on)
   all           the demo recipe plus all of them: the demo's model, steps and optimizer
+  preset_bare   the control: --preset with the demo recipe's augmentation flags (its model,
+                steps, keep_best, ... without what it adds to the demo's augmentations)
   preset        --preset itself (flags/real_speech.flags: its model, steps, keep_best, ...);
-                left out where it equals `all`
+                these two are left out where the preset equals `all`
 
 Each run is then evaluated (`python -m audioclf evaluate --split=test`, the checkpoint
 evaluate takes by default: the best one where the run kept one) twice: on the data's test
@@ -23,7 +25,8 @@ voices, rates and pitches beyond the training range), by speaker for the weakest
 
 The table shows each figure as the mean over seeds and each seed's value, and "gap closed":
 how much of the baseline's gap between known and held-out accuracy the row's held-out
-accuracy closes ((held_out - baseline held_out) / (baseline known - baseline held_out)).
+accuracy closes ((held_out - baseline held_out) / (baseline known - baseline held_out)),
+then PASS or MISS for the preset (else `all`): it closes at least TARGET_GAP_CLOSED of the gap.
 --measured writes it to docs/measured/bench_augment.md (tools/measured.py). Run from the
 repository root; progress goes to stderr, one JSON line ends stdout.
 """
@@ -59,7 +62,7 @@ AUGMENTATIONS = {
     "balanced": ("balanced_sampler", "class_weights"),
     "label_smoothing": ("label_smoothing",),
 }
-FIXED = ("baseline", "all", "preset")
+FIXED = ("baseline", "all", "preset_bare", "preset")
 # The recipe closes at least this share of the baseline's gap between known and held-out voices.
 TARGET_GAP_CLOSED = 0.5
 
@@ -104,10 +107,13 @@ def plan() -> dict[str, list[str]]:
       rows[name] = rows["baseline"] + settings
       added += [s for s in settings if s not in added]
   rows["all"] = rows["baseline"] + added
-  everything = {f for group in AUGMENTATIONS.values() for f in group}
+  everything = list(dict.fromkeys(f for group in AUGMENTATIONS.values() for f in group))
   others = [name for name in preset if name not in everything and differs(name)
             and name not in ("model_dir", "flagfile")]
   if others:  # Model, steps, optimizer...: the preset is more than `all`.
+    # The control: the preset's model, steps and optimizer with the demo's augmentations.
+    rows["preset_bare"] = [f"--flagfile={FLAGS.preset}"] + [
+        demo[f].serialize() for f in everything if differs(f)]
     rows["preset"] = [f"--flagfile={FLAGS.preset}"]
   unknown = set(FLAGS.rows) - set(rows) - set(FIXED) - set(AUGMENTATIONS)
   if unknown:
@@ -136,6 +142,17 @@ def run(row: str, row_flags: list[str], seed: str) -> dict:
   train = _audioclf("train", *row_flags, f"--model_dir={model_dir}", f"--seed={seed}",
                     f"--shuffle_seed={seed}", *steps, *data)
   seconds = time.perf_counter() - t
+  result = {"row": row, "seed": int(seed), "flags": row_flags, "model_dir": model_dir,
+            "train_seconds": round(seconds, 1), "examples_per_sec": train.get("examples_per_sec"),
+            **evaluations(model_dir, data, cache)}
+  _log(f"{row} seed {seed}: known {result['known']:.3f}, held out {result['held_out']:.3f}, "
+       f"weakest {result['weakest']:.3f} ({result['weakest_speaker']}), step {result['steps']}, "
+       f"{seconds:.0f} s")
+  return result
+
+
+def evaluations(model_dir: str, data: list[str], cache: list[str]) -> dict:
+  """A trained run on the known voices (the test split) and the held-out ones, by speaker."""
   known = _audioclf("evaluate", f"--model_dir={model_dir}", "--split=test", *data)
   held_out_dir = FLAGS.held_out_dir or os.path.join(
       FLAGS.data_dir or recipe_flags(FLAGS.demo_flagfile)["data_dir"].value, "_held_out")
@@ -148,19 +165,11 @@ def run(row: str, row_flags: list[str], seed: str) -> dict:
   weakest = report["groups"]["rows"][0]  # Weakest first.
   with open(os.path.join(known["report_dir"], "report.json")) as f:
     known_examples = json.load(f)["examples"]
-  result = {"row": row, "seed": int(seed), "flags": row_flags, "model_dir": model_dir,
-            "steps": held_out["steps"], "checkpoint": held_out["checkpoint"],
-            "train_seconds": round(seconds, 1),
-            "examples_per_sec": train.get("examples_per_sec"),
-            "known": known["accuracy"], "held_out": held_out["accuracy"],
-            "weakest": weakest["accuracy"], "weakest_speaker": weakest["group"],
-            "examples": {"known": known_examples, "held_out": report["examples"],
-                         "speakers": len(report["groups"]["rows"]),
-                         "weakest": weakest["examples"]}}
-  _log(f"{row} seed {seed}: known {result['known']:.3f}, held out {result['held_out']:.3f}, "
-       f"weakest {result['weakest']:.3f} ({result['weakest_speaker']}), step {result['steps']}, "
-       f"{seconds:.0f} s")
-  return result
+  return {"steps": held_out["steps"], "checkpoint": held_out["checkpoint"],
+          "known": known["accuracy"], "held_out": held_out["accuracy"],
+          "weakest": weakest["accuracy"], "weakest_speaker": weakest["group"],
+          "examples": {"known": known_examples, "held_out": report["examples"],
+                       "speakers": len(report["groups"]["rows"]), "weakest": weakest["examples"]}}
 
 
 def _log(msg: str) -> None:
@@ -182,13 +191,19 @@ def summarize(results: list[dict], rows: dict[str, list[str]]) -> list[dict]:
     summary.append({"row": row, "seeds": [x["seed"] for x in runs],
                     **{k: [x[k] for x in runs]
                        for k in ("known", "held_out", "weakest", "steps", "train_seconds")},
-                    "adds": " ".join(rows[row][1:]) if row != "preset" else rows[row][0]})
+                    "adds": " ".join(_added(rows[row], rows))})
   base = next((s for s in summary if s["row"] == "baseline"), None)
   gap = statistics.fmean(base["known"]) - statistics.fmean(base["held_out"]) if base else 0.0
   for s in summary:
     if gap > 0:
       s["gap_closed"] = (statistics.fmean(s["held_out"]) - statistics.fmean(base["held_out"])) / gap
   return summary
+
+
+def _added(row_flags: list[str], rows: dict[str, list[str]]) -> list[str]:
+  """A row's flags after the demo recipe's flagfile; all of them where it starts elsewhere."""
+  demo = rows["baseline"] if "baseline" in rows else [f"--flagfile={FLAGS.demo_flagfile}"]
+  return row_flags[len(demo):] if row_flags[:len(demo)] == demo else row_flags
 
 
 def table(summary: list[dict]) -> str:
@@ -230,7 +245,8 @@ def _notes(examples: dict) -> str:
           f"({one(examples['held_out'])}; the weakest speaker's {one(examples['weakest'])}). "
           "Gap closed: of the baseline's gap between known and held-out accuracy, the share the "
           "row's held-out accuracy closes. Train s: seconds of `audioclf train` on this machine "
-          "as loaded. Every row but `preset` trains the demo recipe's model and steps.\n")
+          "as loaded. Every row but `preset_bare` and `preset` trains the demo recipe's model and "
+          "steps.\n")
 
 
 def main(argv) -> None:
