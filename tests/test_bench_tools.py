@@ -2,10 +2,11 @@
 
 The fast tests feed each benchmark's summary, report and page writer known
 figures and read back what it wrote (into a temporary folder: $AUDIOCLF_MEASURED_DIR);
-the slow ones run tools/bench_train.py, tools/bench_stacks.py, tools/bench_input.py
-and tools/gpu_check.py end to end at smoke size.
+the slow ones run tools/bench_train.py, tools/bench_stacks.py, tools/bench_input.py,
+tools/bench_augment.py and tools/gpu_check.py end to end at smoke size.
 """
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -167,6 +168,62 @@ def test_bench_models_page_holds_its_table(pages):
   assert record["rows"] == rows
 
 
+def _tool(name):
+  """tools/<name>.py as a module (tools/ is no package: its own imports need it on sys.path)."""
+  if str(ROOT / "tools") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tools"))
+  spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_bench_augment_plans_a_row_per_augmentation_the_preset_adds(tmp_path):
+  demo, preset = tmp_path / "demo.flags", tmp_path / "preset.flags"
+  demo.write_text("--model=cnn\n--model_args=width=16\n--noise_prob=0.5\n--train_steps=600\n")
+  preset.write_text(f"--flagfile={demo}\n--speed_perturb=0.8,1.25\n--pitch_shift_semitones=-3,3\n"
+                    "--pitch_tempo_prob=0.5\n--noise_prob=0.5\n--train_steps=900\n")
+  proc = _run(["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}", f"--preset={preset}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  base = [f"--flagfile={demo}"]
+  speed, pitch = ["--speed_perturb=0.8,1.25"], ["--pitch_shift_semitones=-3,3",
+                                                "--pitch_tempo_prob=0.5"]
+  # Noise is the demo's own: no row. The preset trains longer, so it has a row beside `all`,
+  # and so has its control: the preset with the demo's augmentations.
+  assert rows == {"baseline": base, "speed": base + speed, "pitch": base + pitch,
+                  "all": base + speed + pitch,
+                  "preset_bare": [f"--flagfile={preset}", "--speed_perturb=1.0,1.0",
+                                  "--pitch_shift_semitones=0.0,0.0", "--pitch_tempo_prob=1.0"],
+                  "preset": [f"--flagfile={preset}"]}
+  proc = _run(["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}",
+               f"--preset={preset}", "--rows=baseline,nonsense"])
+  assert proc.returncode != 0 and "nonsense" in proc.stderr
+
+
+def test_bench_augment_table_shows_the_gap_each_row_closes_and_the_verdict():
+  bench = _tool("bench_augment")
+  base = ["--flagfile=demo.flags"]
+  rows = {"baseline": base, "speed": base + ["--speed_perturb=0.8,1.2"],
+          "preset": ["--flagfile=preset.flags"]}
+  figures = {"baseline": [(0.99, 0.90, 0.70), (0.99, 0.90, 0.60)],
+             "speed": [(0.99, 0.93, 0.80), (1.0, 0.93, 0.80)],
+             "preset": [(1.0, 0.96, 0.90), (0.98, 0.96, 0.86)]}
+  results = [{"row": row, "seed": seed, "known": k, "held_out": h, "weakest": w, "steps": 600,
+              "train_seconds": 60.0}
+             for row, runs in figures.items() for seed, (k, h, w) in enumerate(runs)]
+  summary = {s["row"]: s for s in bench.summarize(results, rows)}
+  assert summary["baseline"]["gap_closed"] == pytest.approx(0.0)
+  assert summary["speed"]["gap_closed"] == pytest.approx(1 / 3)
+  assert summary["preset"]["gap_closed"] == pytest.approx(2 / 3)
+  text = bench.table(list(summary.values()))
+  assert "| speed | `--speed_perturb=0.8,1.2` | 600 | 60 | 0.995 (0.990, 1.000) | 0.930" in text
+  assert "+33%" in text and "+67%" in text
+  assert text.splitlines()[-1].startswith("PASS `preset` closes 67%")
+  worse = bench.summarize(results[:4] + [dict(r, held_out=0.92) for r in results[4:]], rows)
+  assert bench.table(worse).splitlines()[-1].startswith("MISS `preset` closes 22%")
+
+
 def test_gpu_check_without_a_gpu_says_so_and_succeeds():
   import tensorflow as tf
   if tf.config.list_physical_devices("GPU"):
@@ -222,19 +279,24 @@ def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path)
 def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
   out = tmp_path / "bench.json"
   proc = _run(["tools/bench_input.py", "--workloads=wav", "--n_wav=96", "--batch_size=16",
-               "--pipelines=audioclf_warm,audioclf_augment", "--repeats=1", "--epochs=1",
+               "--pipelines=audioclf_warm,audioclf_augment,audioclf_preset", "--repeats=1",
+               "--epochs=1",
                "--min_seconds=0", "--short_epochs=0", "--train_steps_timed=3",
                "--augmentations=speed,gain", "--augment_each",
                f"--out_dir={tmp_path / 'work'}", f"--json={out}", "--measured"],
               AUDIOCLF_MEASURED_DIR=str(tmp_path / "measured"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "augment_vs_training" in proc.stdout
+  assert "augment_vs_training" in proc.stdout and "preset_vs_training" in proc.stdout
   page, _ = _page(tmp_path / "measured", "bench_input")
   assert "augment_vs_training" in page
   results = json.loads(out.read_text())
   rows = {r["pipeline"]: r for r in results["rows"]}
-  assert {"audioclf_augment", "augment_speed", "augment_gain", "demo_train"} <= set(rows)
+  assert {"audioclf_augment", "audioclf_preset", "augment_speed", "augment_gain",
+          "demo_train"} <= set(rows)
   assert all(rows[p]["ratio_to_demo_train"] > 0 for p in ("augment_speed", "augment_gain"))
   target = next(t for t in results["targets"] if t["target"] == "augment_vs_training")
   assert target["value"] == pytest.approx(
       rows["audioclf_augment"]["examples_per_s"] / rows["demo_train"]["examples_per_s"])
+  target = next(t for t in results["targets"] if t["target"] == "preset_vs_training")
+  assert target["value"] == pytest.approx(
+      rows["audioclf_preset"]["examples_per_s"] / rows["demo_train"]["examples_per_s"])

@@ -28,13 +28,16 @@ background noise, side by side (its row's CPU us/example against
 audioclf_warm's; no target). audioclf_augment is audioclf_warm with every
 augmentation on at once (AUGMENTATIONS: the balanced sampler, speed, pitch
 and tempo, synthetic reverberation, that background noise, gain, mixup; or
-those --augmentations names),
-measured against the training rate of the demo's CNN (demo_train: the model
-of --demo_flagfile, Keras fit on batches already in memory, --train_steps_timed
-steps after a warm-up), for the target
+those --augmentations names, at the settings of AUGMENTATIONS), and
+audioclf_preset is audioclf_warm with the augmentations of --preset
+(flags/real_speech.flags) as that recipe configures them, each at its own
+chance. Both are measured against the training rate of the demo's CNN
+(demo_train: the model of --demo_flagfile, Keras fit on batches already in
+memory, --train_steps_timed steps after a warm-up), for the targets
 
   augment_vs_training  audioclf warm with every augmentation >= 5 x the demo CNN's
                        training examples/s (the input is never what a run waits for)
+  preset_vs_training   the same for the preset's augmentations, as the preset runs them
 
 With --augment_each, one more row per augmentation of --augmentations alone
 (augment_<name>), and each one's ratio to demo_train: what each costs. With
@@ -77,11 +80,12 @@ import measured  # noqa: E402
 
 FLAGS = flags.FLAGS
 PIPELINES = ("naive", "best_practice", "audioclf_cold", "audioclf_warm", "audioclf_checked",
-             "audioclf_noise", "audioclf_augment", "in_memory")
+             "audioclf_noise", "audioclf_augment", "audioclf_preset", "in_memory")
 # Pipelines that re-read or re-decode every epoch are measured on their first
 # epoch, which is what a re-created input_fn costs; cached and in-memory ones
 # on the steady state after it, which is what a long training run sees.
-STEADY = ("audioclf_warm", "audioclf_noise", "audioclf_augment", "in_memory", "demo_train")
+STEADY = ("audioclf_warm", "audioclf_noise", "audioclf_augment", "audioclf_preset", "in_memory",
+          "demo_train")
 TARGET_WARM_RATIO = 0.9
 TARGET_FIRST_BATCH_S = 0.1
 TARGET_SHORT_RUN_RATIO = 1.10
@@ -101,6 +105,11 @@ AUGMENTATIONS = {
 }
 DEMO_FLAGFILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "flags", "demo.flags")
+PRESET_FLAGFILE = os.path.join(os.path.dirname(DEMO_FLAGFILE), "real_speech.flags")
+# audioclf_preset: the sampler's flags it takes from --preset (its data and noise are this run's).
+PRESET_AUGMENTATION = ("balanced_sampler", "speed_perturb", "pitch_shift_semitones",
+                       "tempo_perturb", "pitch_tempo_prob", "reverb_prob", "reverb_rt60",
+                       "noise_prob", "noise_snr_db", "gain_db", "mixup_alpha")
 
 
 def define_flags() -> None:
@@ -122,6 +131,9 @@ def define_flags() -> None:
   flags.DEFINE_string("demo_flagfile", DEMO_FLAGFILE, "audioclf_augment's target: the preset "
                       "whose model's training rate it is measured against (its model flags; "
                       "the batch size is this run's).")
+  flags.DEFINE_string("preset", PRESET_FLAGFILE, "audioclf_preset: the recipe whose "
+                      "augmentations it turns on, at that recipe's settings and chances "
+                      "(PRESET_AUGMENTATION; recorded impulse responses: synthetic ones here).")
   flags.DEFINE_integer("train_steps_timed", 30, "demo_train: training steps timed, after 5 of "
                        "warm-up.")
 
@@ -225,6 +237,11 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   if "audioclf_augment" in FLAGS.pipelines:
     builders.update(_augment_builders(data_params.replace(
         noise_dir=_noise_folder(root, data_params.sample_rate))))
+  if "audioclf_preset" in FLAGS.pipelines:
+    preset_params = preset_augmentation(data_params.replace(
+        noise_dir=_noise_folder(root, data_params.sample_rate)))
+    fill_lib.fill(preset_params, ("train",))  # Untimed: the clips and the recordings.
+    builders["audioclf_preset"] = functools.partial(audioclf.input_fn, preset_params, "train")
   if "audioclf_cold" in FLAGS.pipelines:
     builders["audioclf_cold"] = cold
 
@@ -270,7 +287,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
       bar.update(1)
   if FLAGS.short_epochs and "audioclf_warm" in builders:
     runs.update(short_runs(name, data_params, batches))
-  if "audioclf_augment" in builders:
+  if "audioclf_augment" in builders or "audioclf_preset" in builders:
     runs["demo_train"] = [demo_training(name, data_params) for _ in range(FLAGS.repeats)]
   return runs
 
@@ -290,6 +307,20 @@ def _augment_builders(params: audioclf.Params) -> dict[str, Callable[[], tf.data
   return builders
 
 
+def recipe_params(flagfile: str) -> audioclf.Params:
+  """The Params a flagfile gives, read as `audioclf train` reads it."""
+  values = flags.FlagValues()
+  command_flags.define_flags(values)
+  values([sys.argv[0], f"--flagfile={flagfile}"])
+  return command_flags.params_from_flags(values)
+
+
+def preset_augmentation(params: audioclf.Params) -> audioclf.Params:
+  """`params` with --preset's augmentations (PRESET_AUGMENTATION), as configured there."""
+  preset = recipe_params(FLAGS.preset)
+  return params.replace(**{name: getattr(preset, name) for name in PRESET_AUGMENTATION})
+
+
 def demo_training(name: str, params: audioclf.Params) -> Run:
   """The demo preset's model trained by Keras fit on 8 batches from memory: its examples/s.
 
@@ -299,10 +330,7 @@ def demo_training(name: str, params: audioclf.Params) -> Run:
   from audioclf.engines import keras_loop  # pylint: disable=g-import-not-at-top
   from audioclf.engines.clock import StepClock  # pylint: disable=g-import-not-at-top
   from audioclf.model import build as models  # pylint: disable=g-import-not-at-top
-  demo_flags = flags.FlagValues()
-  command_flags.define_flags(demo_flags)
-  demo_flags([sys.argv[0], f"--flagfile={FLAGS.demo_flagfile}"])
-  demo = command_flags.params_from_flags(demo_flags).replace(
+  demo = recipe_params(FLAGS.demo_flagfile).replace(
       batch_size=params.batch_size, sample_rate=params.sample_rate,
       clip_seconds=params.clip_seconds, fmax=min(7600.0, params.sample_rate / 2))
   held = [(f["waveform"].numpy(), y.numpy()) for f, y in
@@ -437,6 +465,11 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
     targets.append({"workload": name, "target": "augment_vs_training", "value": v,
                     "want": f">= {TARGET_AUGMENT_RATIO:g} x the demo CNN's training rate",
                     "pass": v >= TARGET_AUGMENT_RATIO})
+  if "audioclf_preset" in runs and "demo_train" in runs:
+    v = _ratio(runs, "audioclf_preset", "demo_train")
+    targets.append({"workload": name, "target": "preset_vs_training", "value": v,
+                    "want": f">= {TARGET_AUGMENT_RATIO:g} x the demo CNN's training rate",
+                    "pass": v >= TARGET_AUGMENT_RATIO})
   if "audioclf_warm" in by:
     v = by["audioclf_warm"]["first_batch_s"]
     targets.append({"workload": name, "target": "warm_first_batch", "value": v,
@@ -445,7 +478,7 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
 
 
 def _augmented(pipeline: str) -> bool:
-  return pipeline == "audioclf_augment" or pipeline.startswith("augment_")
+  return pipeline in ("audioclf_augment", "audioclf_preset") or pipeline.startswith("augment_")
 
 
 def _ratio(runs: dict[str, list[Run]], pipeline: str, other: str) -> Optional[float]:
@@ -473,7 +506,9 @@ def report(rows: list[dict], targets: list[dict], params: audioclf.Params) -> st
   augmented = [row for row in rows if row["ratio_to_demo_train"] is not None]
   if augmented:
     lines += ["", f"augmentations: examples/s over the demo CNN's training examples/s "
-                  f"(target >= {TARGET_AUGMENT_RATIO:g}; {', '.join(FLAGS.augmentations)})"]
+                  f"(target >= {TARGET_AUGMENT_RATIO:g}; audioclf_augment: "
+                  f"{', '.join(FLAGS.augmentations)}; audioclf_preset: those of "
+                  f"{os.path.relpath(FLAGS.preset)})"]
     lines += [f"{row['workload']:8s}  {row['pipeline']:16s}  {row['ratio_to_demo_train']:6.2f}"
               for row in augmented]
   lines.append("")

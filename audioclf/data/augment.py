@@ -19,6 +19,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from audioclf.compat import stack as compat_stack
+
 # 60 dB of decay is a factor 1000 in amplitude: exp(-ln(1000) t / RT60).
 _LN_1000 = math.log(1000.0)
 
@@ -46,10 +48,9 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Each example played `factors` times as fast ([batch] > 0), about the clip's centre.
 
   Output sample i reads the input at c + (i - c) * factor (c the centre),
-  linearly interpolated by ImageProjectiveTransformV3 (the kernel behind
-  Keras' RandomZoom), zeros past either end; so tempo and pitch both move by
-  the factor, as Kaldi's speed perturbation and kws_streaming's resampling
-  do, and the clip keeps its length. Speeding up first removes what would
+  linearly interpolated (`_read_at`), zeros past either end; so tempo and
+  pitch both move by the factor, as Kaldi's speed perturbation and
+  kws_streaming's resampling do, and the clip keeps its length. Speeding up first removes what would
   fold over Nyquist (`low_pass`), as a real resampler does.
   """
   n = waves.shape[-1]
@@ -58,6 +59,22 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   waves = tf.cond(tf.size(faster) > 0, lambda: tf.tensor_scatter_nd_update(
       waves, faster[:, None], low_pass(tf.gather(waves, faster), 1.0 / tf.gather(factors, faster))),
                   lambda: waves)
+  return _read_at(waves, factors)
+
+
+def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
+  """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
+
+  On the current stack, one loop over the batch compiled by XLA (eagerly and
+  inside tf.data alike): as separate TensorFlow ops, the dozen elementwise
+  steps over batch x samples cost several times more. The legacy stack's XLA
+  prints its compiler's notes on stderr at every first use, whatever
+  TF_CPP_MIN_LOG_LEVEL says; there the same reads are
+  ImageProjectiveTransformV3's (the kernel behind Keras' RandomZoom).
+  """
+  if compat_stack.STACK == compat_stack.CURRENT_STACK:
+    return _read_at_xla(waves, factors)
+  n = waves.shape[-1]
   centre = (n - 1) / 2.0
   zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
   # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
@@ -70,6 +87,22 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   return tf.reshape(out, tf.shape(waves))
 
 
+@tf.function(jit_compile=True)
+def _read_at_xla(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
+  """`_read_at` as a gather from the clip with a zero each side, for XLA to fuse."""
+  n = waves.shape[-1]
+  centre = (n - 1) / 2.0
+  position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
+  before = tf.floor(position)
+  fraction = position - before
+  # One zero each side: a read from -1 < x < 0 or n - 1 < x < n fades to 0, as at any edge.
+  padded = tf.pad(waves, [[0, 0], [1, 1]])
+  low = tf.cast(before, tf.int32) + 1  # Its index in padded.
+  a = tf.gather(padded, tf.clip_by_value(low, 0, n + 1), batch_dims=1)
+  b = tf.gather(padded, tf.clip_by_value(low + 1, 0, n + 1), batch_dims=1)
+  return a + fraction * (b - a)
+
+
 def vocoder_frame(sample_rate: int) -> int:
   """The phase vocoder's frame: a power of two near 32 ms (512 samples at 16 kHz)."""
   return _next_pow2(int(round(0.032 * sample_rate * 0.75)))
@@ -78,17 +111,17 @@ def vocoder_frame(sample_rate: int) -> int:
 def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
   """Each example's tempo times `rates` ([batch] > 0), its pitch kept: a phase vocoder.
 
-  The short-time spectrum (Hann frames, hop a quarter frame) is read at
+  The short-time spectrum (Hann frames, hop half a frame) is read at
   output frame t from input frame c + (t - c) * rate (c the centre frame):
   magnitudes interpolated between the two frames around it, phases advanced
   frame by frame by the input's own advance there (Flanagan and Golden 1966,
   as librosa's phase_vocoder), then resynthesised by overlap-add. The clip
   keeps its length: zeros where the stretched clip ends early. Rate 1 gives
-  the clip back (to float rounding). Its cost is the STFT and its inverse,
-  about 1 ms of CPU per second of audio (tools/bench_input.py --augment_each).
+  the clip back (to float rounding). Its cost is the STFT and its inverse
+  (tools/bench_input.py --augment_each measures it).
   """
   n = waves.shape[-1]
-  hop = frame_length // 4
+  hop = frame_length // 2
   # Zeros around the clip: its first and last samples get the full overlap of windows.
   padded = tf.pad(waves, [[0, 0], [frame_length, frame_length]])
   spectra = tf.signal.stft(padded, frame_length, hop, pad_end=True)
@@ -108,13 +141,26 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
   advance = tf.gather(phase[:, 1:] - phase[:, :-1], before, axis=1, batch_dims=1)
   # The running sum of the advances over frames as one matmul with a strictly
   # lower triangle of ones: 2-3x faster than tf.cumsum along the frame axis.
-  earlier = tf.constant(np.tril(np.ones([frames, frames], np.float32), -1))
+  earlier = tf.constant(np.tril(np.ones([1, frames, frames], np.float32), -1))
   out_phase = (tf.gather(phase, before[:, :1], axis=1, batch_dims=1)
-               + tf.einsum("st,btk->bsk", earlier, advance))
-  out = tf.signal.inverse_stft(
+               + tf.matmul(earlier, advance))
+  out = _overlap_add_halves(tf.signal.irfft(
       tf.complex(out_magnitude * tf.cos(out_phase), out_magnitude * tf.sin(out_phase)),
-      frame_length, hop, window_fn=tf.signal.inverse_stft_window_fn(hop))
+      [frame_length]) * tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32))
   return out[:, frame_length:frame_length + n]
+
+
+def _overlap_add_halves(frames: tf.Tensor) -> tf.Tensor:
+  """Frames [batch, t, 2 hop] overlapped by half and added: [batch, (t + 1) hop].
+
+  Each frame's first half meets the previous frame's second half: two pads,
+  an add and a reshape, where tf.signal.overlap_and_add (inverse_stft's
+  last step) takes a general path that costs several times more.
+  """
+  t, hop = frames.shape[1], frames.shape[2] // 2
+  out = (tf.pad(frames[:, :, :hop], [[0, 0], [0, 1], [0, 0]])
+         + tf.pad(frames[:, :, hop:], [[0, 0], [1, 0], [0, 0]]))
+  return tf.reshape(out, [-1, (t + 1) * hop])
 
 
 def _rms(waves: tf.Tensor) -> tf.Tensor:
