@@ -1,7 +1,6 @@
 """The model zoo's bodies: shapes, published sizes, training, builtin-only TFLite (float, int8)."""
 
 import inspect
-import math
 
 import keras_tuner
 import numpy as np
@@ -10,6 +9,7 @@ import tensorflow as tf
 
 from audioclf import Params, compat
 from audioclf.compat import keras
+from audioclf.model import cost
 from audioclf.model.zoo import bc_resnet, matchboxnet
 
 PARAMS = Params(n_mels=40)
@@ -26,28 +26,6 @@ def wrap(body, frames=FRAMES, n_mels=40, classes=3, **model_args):
   x = keras.layers.Dropout(0.1, name="dropout")(features)
   probabilities = keras.layers.Dense(classes, activation="softmax", name="probabilities")(x)
   return keras.Model(spectrogram, probabilities)
-
-
-def trainable_params(model) -> int:
-  """Trainable weights only: what the papers count (BN's moving statistics are buffers there)."""
-  return sum(math.prod(w.shape) for w in model.trainable_weights)
-
-
-def macs(model) -> int:
-  """Multiply-adds of one example through the model's conv and dense layers.
-
-  Each kernel weight (a conv's, a depthwise or pointwise kernel, a Dense
-  matrix) is used once per output position, so a layer costs its kernels'
-  sizes times its output's spatial size; bias, BN and activations are left
-  out (BN folds into the conv before it at inference).
-  """
-  total = 0
-  for layer in model.layers:
-    kernels = [w for w in layer.weights if "kernel" in w.name]
-    if kernels:
-      positions = math.prod(layer.output.shape[1:-1])
-      total += positions * sum(math.prod(w.shape) for w in kernels)
-  return total
 
 
 def separable_data(n=48, frames=FRAMES, n_mels=40, classes=3, seed=0):
@@ -94,7 +72,7 @@ def test_macs_counts_each_kernel_weight_once_per_output_position():
   separable = keras.layers.SeparableConv2D(8, (3, 1), padding="same")(depthwise)
   dense = keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(separable))
   expected = 15 * (9 * 2 * 4) + 15 * (9 * 4) + 15 * (3 * 4 + 4 * 8) + 8 * 3
-  assert macs(keras.Model(x, dense)) == expected
+  assert cost.macs(keras.Model(x, dense)) == expected
 
 
 @pytest.mark.parametrize("name", sorted(BODIES))
@@ -123,28 +101,28 @@ def test_bc_resnet_has_the_published_sizes():
   # count seems to hold (most of 0.6M at scale 1).
   one = wrap(bc_resnet.bc_resnet, frames=101, classes=12)
   eight = wrap(bc_resnet.bc_resnet, frames=101, classes=12, scale=8)
-  assert trainable_params(one) == 9_232  # The authors' code's count, to the weight.
-  assert round(trainable_params(eight), -3) == 321_000
-  assert 2.3e6 < macs(one) < 3.1e6
-  assert 83e6 < macs(eight) < 89.1e6
+  assert cost.parameters(one) == 9_232  # The authors' code's count, to the weight.
+  assert round(cost.parameters(eight), -3) == 321_000
+  assert 2.3e6 < cost.macs(one) < 3.1e6
+  assert 83e6 < cost.macs(eight) < 89.1e6
 
 
 def test_matchboxnet_has_the_published_size():
   # 3x2x64 on the paper's 64 MFCCs of 128 frames, 35 classes: 93k parameters;
   # Kim et al. 2021 list 11.3M multiplies for it.
   model = wrap(matchboxnet.matchboxnet, frames=128, n_mels=64, classes=35)
-  assert round(trainable_params(model), -3) == 93_000
-  assert 10.8e6 < macs(model) < 11.3e6
+  assert round(cost.parameters(model), -3) == 93_000
+  assert 10.8e6 < cost.macs(model) < 11.3e6
 
 
 def test_scale_widens_bc_resnet():
-  one, two = (trainable_params(wrap(bc_resnet.bc_resnet, scale=s)) for s in (1, 2))
+  one, two = (cost.parameters(wrap(bc_resnet.bc_resnet, scale=s)) for s in (1, 2))
   # Most weights are 1x1 convs, which grow with the square of the width.
   assert 2.5 * one < two < 4 * one
 
 
 def test_matchboxnet_args_grow_it():
-  size = lambda **args: trainable_params(wrap(matchboxnet.matchboxnet, **args))  # noqa: E731
+  size = lambda **args: cost.parameters(wrap(matchboxnet.matchboxnet, **args))  # noqa: E731
   base = size()
   assert size(channels=128) > 3 * base
   assert base < size(blocks=6) < 2 * base
@@ -157,7 +135,7 @@ def test_sub_bands_must_divide_the_bands():
     wrap(bc_resnet.bc_resnet, n_mels=64)
   assert wrap(bc_resnet.bc_resnet, n_mels=64, sub_bands=4).output_shape == (None, 3)
   # One sub-band is plain BatchNorm: 2 weights per channel instead of 10.
-  assert trainable_params(wrap(bc_resnet.bc_resnet, sub_bands=1)) < trainable_params(
+  assert cost.parameters(wrap(bc_resnet.bc_resnet, sub_bands=1)) < cost.parameters(
       wrap(bc_resnet.bc_resnet))
 
 

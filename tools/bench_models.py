@@ -21,7 +21,6 @@ which docs/models.md points to. Progress goes to stderr; one JSON line ends stdo
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -59,28 +58,10 @@ def size_and_cost(name: str, args: str) -> dict:
   """Trainable parameters and multiply-adds a clip of the model on this stack."""
   # pylint: disable=g-import-not-at-top
   from audioclf import Params
-  from audioclf.model import build
+  from audioclf.model import build, cost
   # pylint: enable=g-import-not-at-top
   model = build.build_model(Params(model=name, model_args=args), CLASSES)
-  return {"parameters": sum(math.prod(w.shape) for w in model.trainable_weights),
-          "macs": macs(model)}
-
-
-def macs(model) -> int:
-  """Multiply-adds of one example through the model's conv and dense layers.
-
-  Each kernel weight (a conv's, a depthwise or pointwise kernel, a Dense
-  matrix) is used once per output position, so a layer costs its kernels'
-  sizes times its output's spatial size; bias, batch norm and activations are
-  left out (batch norm folds into the conv before it at inference).
-  """
-  total = 0
-  for layer in model.layers:
-    kernels = [w for w in layer.weights if "kernel" in w.name]
-    if kernels:
-      positions = math.prod(layer.output.shape[1:-1])
-      total += positions * sum(math.prod(w.shape) for w in kernels)
-  return total
+  return {"parameters": cost.parameters(model), "macs": cost.macs(model)}
 
 
 def speeds(name: str, args: str, stacks: list[str]) -> dict:
