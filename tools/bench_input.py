@@ -41,7 +41,8 @@ memory, --train_steps_timed steps after a warm-up), for the targets
 
 With --augment_each, one more row per augmentation of --augmentations alone
 (augment_<name>), and each one's ratio to demo_train: what each costs. With
---measured, the report also goes to docs/measured/bench_input.md (tools/measured.py).
+--measured, the report also goes to docs/measured/bench_input.md (tools/measured.py), or with
+--augment_each to docs/measured/bench_input_augment.md.
 
 Every run after the first construction of each pipeline counts as
 "re-created", as Estimator's repeated input_fn calls are. Runs of the five
@@ -548,8 +549,11 @@ def main(argv):
   if FLAGS.json:
     benchdata.write_json(FLAGS.json, params, rows, targets)
   if FLAGS.measured:
-    print("wrote", measured.write("bench_input", "Input pipelines (tools/bench_input.py)",
-                                  measured.command(),
+    # The augmentations' run has a page of its own: each run rewrites its whole page.
+    page, title = (("bench_input_augment", "What each augmentation costs (tools/bench_input.py "
+                    "--augment_each)") if FLAGS.augment_each
+                   else ("bench_input", "Input pipelines (tools/bench_input.py)"))
+    print("wrote", measured.write(page, title, measured.command(),
                                   "\n" + text, {"rows": rows, "targets": targets}, load_before))
 
 
