@@ -165,7 +165,13 @@ def test_bench_models_page_holds_its_table(pages):
   page, record = _page(pages, "bench_models")
   assert "| cnn | `width=16` | 12,345 | 2.5M | 3.25 | - | 0.900 | - |" in page
   assert "median of 2 interleaved rounds of 40 steps per stack. Accuracy: 600 steps" in page
+  assert "earlier run" not in page
   assert record["rows"] == rows
+  rows[0]["trained_before"] = "2026-12-01 03:50 UTC"
+  bench_models.write_page(text, {"rows": rows, "rounds": 2, "steps": 40, "train_steps": 600},
+                          LOAD)
+  assert "trained by an earlier run of this command (2026-12-01 03:50 UTC;" in _page(
+      pages, "bench_models")[0]
 
 
 def _tool(name):

@@ -91,11 +91,13 @@ def accuracy(name: str, args: str) -> dict:
   data/speech_words/_held_out), voices and rates beyond the training range.
   """
   model_dir = os.path.join(FLAGS.runs_dir, f"{name}-{args.replace(',', '-') or 'default'}")
-  summary = _finished(model_dir) or _audioclf("train", "--flagfile=flags/demo.flags", f"--model={name}",
-                      f"--model_args={args}", f"--model_dir={model_dir}",
-                      f"--train_steps={FLAGS.train_steps}")
+  trained = _finished(model_dir)
+  summary = trained or _audioclf("train", "--flagfile=flags/demo.flags", f"--model={name}",
+                                 f"--model_args={args}", f"--model_dir={model_dir}",
+                                 f"--train_steps={FLAGS.train_steps}")
   result = {"test_accuracy": summary["test_accuracy"], "train_seconds": summary["wall_seconds"],
-            "model_dir": model_dir, "held_out_accuracy": None}
+            "model_dir": model_dir, "held_out_accuracy": None,
+            "trained_before": trained["trained_at"] if trained else None}
   if os.path.isdir(os.path.join(ROOT, HELD_OUT)):
     held_out = _audioclf("evaluate", f"--model_dir={model_dir}", "--split=test",
                          f"--data_dir={HELD_OUT}", "--group_by=speaker",
@@ -118,7 +120,8 @@ def _finished(model_dir: str):
   if summary.get("steps") != FLAGS.train_steps:
     return None
   _log(f"  {model_dir}: trained before ({FLAGS.train_steps} steps), its figures reused")
-  return summary
+  mtime = os.path.getmtime(os.path.join(model_dir, "metrics.json"))
+  return {**summary, "trained_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(mtime))}
 
 
 def _audioclf(*args) -> dict:
@@ -160,9 +163,14 @@ def write_page(text: str, record: dict, load_before: str) -> str:
     record: the run's JSON record (main's).
     load_before: the load average when the run started.
   """
-  body = (f"{text}\n\nsteps/s: Keras fit, batch 64, median of {record['rounds']} interleaved "
+  body = (f"\n{text}\n\nsteps/s: Keras fit, batch 64, median of {record['rounds']} interleaved "
           f"rounds of {record['steps']} steps per stack. Accuracy: {record['train_steps']} steps "
           "of flags/demo.flags on the current stack.\n")
+  reused = sorted({r["trained_before"] for r in record["rows"] if r.get("trained_before")})
+  if reused:  # The accuracy runs of an earlier run of this tool, in runs/bench_models.
+    body += (f"The accuracy runs were trained by an earlier run of this command ({', '.join(reused)}"
+             "; under other load: their train seconds are not comparable) and evaluated again "
+             "now.\n")
   return measured.write("bench_models", "Built-in models", measured.command(), body, record,
                         load_before=load_before)
 
