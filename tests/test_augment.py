@@ -1,6 +1,5 @@
 """The augmentations after the cache: each does what its flag says, eagerly, in tf.data and through input_fn."""
 
-import os
 
 import numpy as np
 import pytest

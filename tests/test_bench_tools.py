@@ -230,6 +230,7 @@ def test_bench_augment_table_shows_the_gap_each_row_closes_and_the_verdict():
   assert bench.table(worse).splitlines()[-1].startswith("MISS `preset` closes 22%")
 
 
+@pytest.mark.slow
 def test_gpu_check_without_a_gpu_says_so_and_succeeds():
   import tensorflow as tf
   if tf.config.list_physical_devices("GPU"):

@@ -79,6 +79,7 @@ def test_a_resume_that_would_leave_the_best_stale_is_refused(tmp_path):
   best_lib.check_resume(params.replace(keep_best="val_accuracy"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_training_keeps_the_best_and_stops_early(trained, engine, tmp_path):
   params, _ = trained(engine)
@@ -125,6 +126,7 @@ def _with_best_at(params, tmp_path, step):
   return model_dir
 
 
+@pytest.mark.slow
 def test_evaluate_predict_and_export_take_the_best(trained, tmp_path):
   params, _ = trained("keras")
   model_dir = _with_best_at(params, tmp_path, TRAIN_STEPS // 2)

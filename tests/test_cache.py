@@ -59,6 +59,7 @@ print(n, fill_lib.decode_count())
 """
 
 
+@pytest.mark.slow
 def test_second_call_and_second_process_decode_nothing(tmp_path):
   params = params_for(tmp_path)
   cold = eval_waveforms(params)
@@ -86,6 +87,7 @@ def test_every_split_is_cached(tmp_path):
   assert len(markers(params)) == 3
 
 
+@pytest.mark.slow
 def test_prefill_command_fills_every_split_and_counts_its_decodes(tmp_path):
   params = params_for(tmp_path, validation_percent=30, testing_percent=30)
   cmd = [sys.executable, "-m", "audioclf", "cache", f"--data_dir={params.data_dir}",
@@ -159,6 +161,7 @@ for i, _ in enumerate(audioclf.input_fn(p, "eval")):
 """
 
 
+@pytest.mark.slow
 def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
   params = params_for(tmp_path, "flac", validation_percent=99.9, testing_percent=0)
   proc = run_python(KILLED, params.data_dir, params.cache_dir, wait=False)
@@ -175,6 +178,7 @@ def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
   assert not glob.glob(os.path.join(params.cache_dir, "**", "*.tmp"), recursive=True)
 
 
+@pytest.mark.slow
 def test_two_processes_filling_one_cache_both_succeed(tmp_path):
   params = params_for(tmp_path, validation_percent=99.9, testing_percent=0)
   procs = [run_python(FILL, params.data_dir, params.cache_dir, 99.9, wait=False) for _ in range(2)]
@@ -198,6 +202,7 @@ print(n)
 """
 
 
+@pytest.mark.slow
 def test_a_run_of_exactly_one_epoch_leaves_a_complete_cache(tmp_path):
   params = params_for(tmp_path, validation_percent=0, testing_percent=0)
   assert int(run_python(ONE_EPOCH, params.data_dir, params.cache_dir, 5)) % 5 != 0

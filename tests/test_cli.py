@@ -87,6 +87,7 @@ def assert_one_error_line(returncode, stderr, line):
     (lambda tmp: (tmp / "m.csv").write_bytes(b"path,label\ncaf\xe9.wav,a\n"), "--manifest={tmp}/m.csv",
      "{tmp}/m.csv:2: not UTF-8 text (byte 0xe9); save it as UTF-8"),
 ])
+@pytest.mark.slow
 def test_a_bad_flag_or_source_ends_train_in_one_line(tmp_path, make, flag, line):
   make(tmp_path)
   source = [] if "manifest" in flag else [f"--data_dir={tmp_path}"]
@@ -96,6 +97,7 @@ def test_a_bad_flag_or_source_ends_train_in_one_line(tmp_path, make, flag, line)
   assert not os.path.exists(tmp_path / "model")
 
 
+@pytest.mark.slow
 def test_a_batch_larger_than_the_split_ends_train_in_one_line(tmp_path):
   from conftest import write_tone_dataset  # pylint: disable=g-import-not-at-top
   data = write_tone_dataset(tmp_path / "data", per_label=4)
@@ -108,6 +110,7 @@ def test_a_batch_larger_than_the_split_ends_train_in_one_line(tmp_path):
                         f"examples of the 'train' split of {data} ({n})")
 
 
+@pytest.mark.slow
 def test_the_traceback_is_there_on_request(tmp_path):
   returncode, stderr = run_command("train", f"--data_dir={tmp_path}", "--batch_size=0",
                                    AUDIOCLF_TRACEBACK="1")
@@ -133,6 +136,7 @@ def truncated_flac_dataset(tmp_path):
 
 @pytest.mark.parametrize("engine", [
     "keras", pytest.param("estimator", marks=[pytest.mark.slow, pytest.mark.legacy_only])])
+@pytest.mark.slow
 def test_a_bad_file_found_while_training_ends_in_one_line_naming_it(tmp_path, engine):
   # The file is decoded inside tf.data's tf.numpy_function, so its error
   # reaches the command wrapped in TensorFlow's; the line is read back from it.

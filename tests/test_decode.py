@@ -39,6 +39,7 @@ def eval_waveforms(params):
   return np.concatenate([f["waveform"].numpy() for f, _ in audioclf.input_fn(params, "eval")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext, fmt, subtype, endian", FORMATS)
 @pytest.mark.parametrize("rate, channels", [(16000, 1), (22050, 2)])
 def test_every_format_equals_soundfile_resampled(tmp_path, ext, fmt, subtype, endian, rate, channels):

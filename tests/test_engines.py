@@ -26,6 +26,7 @@ def _summary_steps(log_dir, tag):
           for value in event.summary.value if value.tag == tag]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_run_leaves_labels_params_metrics_checkpoints_and_logs(trained, engine):
   params, metrics = trained(engine)
@@ -67,6 +68,7 @@ def test_engines_reach_comparable_accuracy(trained):
   assert abs(keras_metrics["test_loss"] - estimator_metrics["test_loss"]) < 0.25
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_resume_continues_the_step_count(trained, engine, tmp_path):
   params, metrics = trained(engine)
@@ -119,6 +121,7 @@ def test_checkpoints_without_params_are_refused(trained, tmp_path):
     audioclf.train(params.replace(model_dir=model_dir))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_prefetch_to_a_device_trains_as_well(trained, engine, tmp_path):
   """The device-prefetch path (OneDeviceStrategy / prefetch_to_device), here to the CPU."""

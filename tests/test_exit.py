@@ -83,6 +83,7 @@ def matrix(tmp_path, scenario, modes=("train", "eval"), states=("cold", "warm"))
   return cases
 
 
+@pytest.mark.slow
 def test_peek_and_exit_ends_with_rc_0_cold_flac_train(tmp_path):
   """The case that hung most often before: a soundfile decode in flight at exit."""
   data = datasets(tmp_path, ("flac",))["flac"]
@@ -126,6 +127,7 @@ def truncate_one_per_split(folder):
   return victims
 
 
+@pytest.mark.slow
 def test_a_bad_file_under_fail_ends_with_rc_1_naming_it(tmp_path):
   cases, victims = [], []
   for ext, folder in datasets(tmp_path).items():
@@ -152,6 +154,7 @@ def tmpfs(path, size, *options):
     subprocess.run(["umount", "-l", str(path)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_with_rc_1_and_leaves_no_temporary_files(tmp_path):
   data = datasets(tmp_path)
   with tmpfs(tmp_path / "full", "160k") as full:
@@ -208,6 +211,7 @@ INTERRUPTED_SCRIPT = SLOW_DECODES + textwrap.dedent("""
 SIGNAL_TIMEOUT_S = 60
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_flac_files_decode_ends_the_process_at_once(tmp_path):
   # Enough files that the cold epoch is still decoding when the signal lands.
   data = write_tone_dataset(tmp_path / "flac", per_label=16, seconds=1.0, ext="flac")

@@ -12,6 +12,7 @@ from audioclf.model import build as models
 from conftest import ENGINES, tone
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reloaded_savedmodel_equals_the_keras_model(trained, engine, tmp_path):
   params, _ = trained(engine)

@@ -130,6 +130,7 @@ def test_compile_keeps_keras_own_loss_unless_asked():
   assert evaluating.loss.class_weights is None  # Weights are training's business.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_both_engines_train_with_every_augmentation_and_soft_labels(tone_params, tmp_path, engine):
   params = tone_params.replace(

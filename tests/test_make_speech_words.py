@@ -183,6 +183,7 @@ def test_babble_is_speech_like(noisy):
   assert _band_power(babble, 100, 4000) > 0.8 * _band_power(babble, 20, 8000)
 
 
+@pytest.mark.slow
 def test_background_noise_deterministic_and_reused(noisy, tmp_path):
   out, noise = noisy
   again = tmp_path / "again"

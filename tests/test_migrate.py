@@ -101,6 +101,7 @@ def test_the_best_checkpoint_is_carried_beside_the_last(tmp_path):
     assert np.max(np.abs(probs - expected)) <= 1e-5, which
 
 
+@pytest.mark.slow
 @pytest.mark.current_only
 @pytest.mark.parametrize("engine", FIXTURE_ENGINES)
 def test_training_continues_with_the_carried_optimizer(engine, tmp_path, tone_data):
@@ -177,6 +178,7 @@ def test_parity_report_from_saved_legacy_probabilities(tmp_path):
   assert "mid" in table and "max |p_legacy - p_migrated|" in table
 
 
+@pytest.mark.slow
 @pytest.mark.current_only
 def test_migrate_command_line_prints_the_report_and_json_last(tmp_path):
   to = str(tmp_path / "migrated")
@@ -284,6 +286,7 @@ with np.load(batch) as b:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.current_only
 @pytest.mark.parametrize("engine", FIXTURE_ENGINES)
 def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_path):

@@ -76,6 +76,7 @@ class Fixture:
     return float(before), float(after)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 def test_each_fixture_predicts_and_steps_as_its_estimator(name, tmp_path):
   fixture = Fixture(name)

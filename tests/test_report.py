@@ -131,6 +131,7 @@ def test_evaluate_writes_the_report(trained, engine):
   assert "confusion_matrix" in _events(report_dir)
 
 
+@pytest.mark.slow
 def test_evaluate_a_saved_model_as_its_model_dir(trained, tmp_path):
   params, _ = trained("keras")
   path = export(params.model_dir, str(tmp_path / "export"))

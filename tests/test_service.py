@@ -54,6 +54,7 @@ def _stop(lines):
   assert lines.proc.wait(timeout=60) == 0
 
 
+@pytest.mark.slow
 def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_params, tmp_path):
   params = tone_params.replace(cache_dir=str(tmp_path / "cache"))
   flagfile = str(tmp_path / "data.flags")
@@ -81,6 +82,7 @@ def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_par
         lines.proc.kill()
 
 
+@pytest.mark.slow
 def test_a_worker_needs_a_dispatcher(tone_params):
   run = subprocess.run([sys.executable, "-m", "audioclf", "service", "worker",
                         f"--data_dir={tone_params.data_dir}", "--allow_remote_clients"],
@@ -178,6 +180,7 @@ def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
         server.proc.kill()
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_server_between_its_status_lines():
   # Status every 60 s (the default): the signal must not wait for the next one.
   port = cluster.free_ports(1)[0]
@@ -195,6 +198,7 @@ def test_sigterm_stops_a_server_between_its_status_lines():
       lines.proc.kill()
 
 
+@pytest.mark.slow
 def test_a_worker_whose_dispatcher_is_gone_still_stops(tone_params, tmp_path):
   flagfile = str(tmp_path / "data.flags")
   params_lib.to_flagfile(tone_params.replace(cache_dir=str(tmp_path / "cache")), flagfile)
@@ -234,6 +238,7 @@ def _listening(port):
   return found
 
 
+@pytest.mark.slow
 def test_neither_server_starts_unless_told_that_any_host_may_reach_it(tone_params, tmp_path):
   port = cluster.free_ports(1)[0]
   cache_dir = tmp_path / "cache"
@@ -251,6 +256,7 @@ def test_neither_server_starts_unless_told_that_any_host_may_reach_it(tone_param
   assert not cache_dir.exists()  # The worker refused before it filled anything.
 
 
+@pytest.mark.slow
 def test_a_server_says_whom_it_serves_and_listens_on_every_interface():
   # What TensorFlow binds, whatever it is asked: the reason for the flag. Were
   # a server ever to listen on loopback only, this fails, and the default can change.
@@ -268,6 +274,7 @@ def test_a_server_says_whom_it_serves_and_listens_on_every_interface():
 
 
 
+@pytest.mark.slow
 def test_training_from_a_dispatcher_that_is_not_there_is_a_clear_error(tmp_path):
   # A tf.data service client would wait for it without end.
   from test_cli import assert_one_error_line, run_command

@@ -50,6 +50,7 @@ def test_a_sharded_reader_needs_the_split_cached(tone_params, tmp_path):
     pipeline.input_fn(params, "eval", shard=(0, 2))
 
 
+@pytest.mark.slow
 def test_a_shard_draws_the_same_augmentations_rebuilt_or_resumed(tone_params):
   from test_pipeline import EVERY_AUGMENTATION, assert_same_batches, batches_of
   params = tone_params.replace(batch_size=3, **EVERY_AUGMENTATION)

@@ -54,6 +54,7 @@ def _stall_fraction(engine, input_s, tmp_path):
 
 @pytest.mark.parametrize("engine", [
     "keras", pytest.param("estimator", marks=[pytest.mark.slow, pytest.mark.legacy_only])])
+@pytest.mark.slow
 def test_meter_reads_a_starved_step_far_above_a_fed_one(engine, tmp_path):
   # The step takes 30 ms. An input of 300 ms a batch stalls about 0.9 of the
   # time, a prefetched instant one about 0; a loaded machine slows the step's
@@ -111,6 +112,7 @@ def test_a_step_waits_only_what_it_was_blocked_after_it_began():
   assert meter.wait_s == 0.375 and meter.step_s == 1.5
 
 
+@pytest.mark.slow
 def test_probe_times_the_pipeline_only_and_keeps_elements():
   meter = StallMeter()
   slow = tf.data.Dataset.range(3).map(lambda i: (sleep_op(tf.cast(i, tf.float32), 0.2), i))

@@ -77,6 +77,7 @@ def swap_keys(base, rows=(0, 1)):
     np.save(f, k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
 @pytest.mark.parametrize("ext", ["wav", "flac"])
 def test_a_damaged_split_is_reported_and_refilled_never_served(tmp_path, caplog, damage, ext):
@@ -105,6 +106,7 @@ def test_opening_checks_each_clip_unless_this_host_checked_these_bytes(tmp_path)
   assert s.open(base, 24) is not None and fps.checked(base + ".data")
 
 
+@pytest.mark.slow
 def test_verify_checks_every_byte_and_unmarks_a_damaged_split(tmp_path):
   params = params_for(tmp_path, "flac")
   eval_waveforms(params)

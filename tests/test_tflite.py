@@ -28,6 +28,7 @@ def exported(trained, tmp_path_factory):
                                calibration_count=40)
 
 
+@pytest.mark.slow
 def test_float_and_int8_agree_with_keras(exported):
   params, result = exported
   model, _, labels = model_dir_lib.load_model(params.model_dir)
@@ -47,6 +48,7 @@ def test_float_and_int8_agree_with_keras(exported):
   assert [labels[i] for i in runs["int8"].argmax(axis=1)[:3]] == ["low", "mid", "high"]
 
 
+@pytest.mark.slow
 def test_the_check_reports_each_variant(exported):
   params, result = exported
   assert result["split"] == "test"

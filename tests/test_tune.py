@@ -80,6 +80,7 @@ def _records(tune_dir):
           for name in sorted(os.listdir(project)) if name.startswith("trial_")}
 
 
+@pytest.mark.slow
 def test_each_file_is_decoded_once_and_no_trial_decodes(search):
   params, summary = search.params, search.summary
   splits = search.manifest.counts()
@@ -95,6 +96,7 @@ def test_each_file_is_decoded_once_and_no_trial_decodes(search):
     assert 0.0 <= record["input_stall"] <= 1.0
 
 
+@pytest.mark.slow
 def test_search_prints_table_and_writes_tensorboard_and_best_model(search):
   params, summary = search.params, search.summary
   table = search.printed[search.printed.index("trial  status"):].splitlines()
@@ -136,6 +138,7 @@ def test_best_flags_round_trip_to_the_best_trials_params(search, tmp_path):
   assert os.path.isfile(tmp_path / "retrain" / "metrics.json")
 
 
+@pytest.mark.slow
 def test_rerun_resumes_and_a_larger_max_trials_extends(search, tmp_path):
   params, summary = search.params, search.summary
   tune_dir = str(tmp_path / "tune")

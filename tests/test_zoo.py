@@ -129,6 +129,7 @@ def test_matchboxnet_args_grow_it():
   assert size(repeats=1) < base < size(repeats=3)
 
 
+@pytest.mark.slow
 def test_sub_bands_must_divide_the_bands():
   # 64 mels leave 32 bands after the stem: five sub-bands do not fit.
   with pytest.raises(ValueError, match="sub_bands=5 must divide"):
