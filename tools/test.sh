@@ -11,10 +11,16 @@ cd "$ROOT"
 
 declare -A STATUS
 failed=0
+# Every stack's venv before any test: a test may run the other stack's commands (the legacy
+# stack's report in tests/test_migrate.py, docs/your_model.md's blocks in tests/test_docs.py).
+for stack in "${STACKS[@]}"; do
+  STATUS[$stack]=0
+  use_stack "$stack" || STATUS[$stack]=$?
+done
 for stack in "${STACKS[@]}"; do
   echo "[audioclf] === tests on the $stack stack ===" >&2
-  rc=0
-  use_stack "$stack" || rc=$?
+  rc=${STATUS[$stack]}
+  [ "$rc" = 0 ] && { use_stack "$stack" || rc=$?; }
   if [ "$rc" = 0 ]; then
     "$PYTHON" -c 'import sys, tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: '\
 'Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
