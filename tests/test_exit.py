@@ -69,11 +69,14 @@ def explain(case, out):
   return f"{case}: rc={out.returncode}\n{out.stderr[-2500:]}"
 
 
-def matrix(tmp_path, scenario, modes=("train", "eval"), states=("cold", "warm")):
+def matrix(tmp_path, scenario, modes=("train", "eval"), states=("cold", "warm"),
+           exts=("wav", "flac")):
   """A case per format x cache state x mode. A cold pipeline has Python decoding in flight at
-  exit, the cause of every hang seen so far; warm ones run native ops only."""
+  exit, the cause of every hang seen so far; warm ones run native ops only. FLAC's decode is
+  the longest in flight, and the cases that hung were FLAC's: a scenario past the first
+  (peek) runs on FLAC alone."""
   cases = []
-  for ext, data in datasets(tmp_path).items():
+  for ext, data in datasets(tmp_path, exts).items():
     for state in states:
       for mode in modes:
         cache_dir = str(tmp_path / f"cache-{ext}-{state}-{mode}")
@@ -93,23 +96,24 @@ def test_peek_and_exit_ends_with_rc_0_cold_flac_train(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario, states", [("peek", ("cold", "warm")), ("read_on", ("cold",))])
-def test_scripts_that_stop_reading_end_with_rc_0(tmp_path, scenario, states):
-  cases = matrix(tmp_path, scenario, states=states)
+@pytest.mark.parametrize("scenario, states, exts", [("peek", ("cold", "warm"), ("wav", "flac")),
+                                                    ("read_on", ("cold",), ("flac",))])
+def test_scripts_that_stop_reading_end_with_rc_0(tmp_path, scenario, states, exts):
+  cases = matrix(tmp_path, scenario, states=states, exts=exts)
   for case, out in zip(cases, run_all(cases)):
     assert out.returncode == 0 and "peeked" in out.stdout, explain(case, out)
 
 
 @pytest.mark.slow
 def test_an_exception_mid_run_ends_with_rc_1_and_its_message(tmp_path):
-  cases = matrix(tmp_path, "raise", states=("cold",))
+  cases = matrix(tmp_path, "raise", states=("cold",), exts=("flac",))
   for case, out in zip(cases, run_all(cases)):
     assert out.returncode == 1 and "user code failed mid-run" in out.stderr, explain(case, out)
 
 
 @pytest.mark.slow
 def test_ctrl_c_mid_run_ends_the_process(tmp_path):
-  cases = matrix(tmp_path, "interrupt", states=("cold",))
+  cases = matrix(tmp_path, "interrupt", states=("cold",), exts=("flac",))
   for case, out in zip(cases, run_all(cases)):
     # Python ends an unhandled KeyboardInterrupt as killed by SIGINT (rc -2), never rc 134.
     assert out.returncode in (-2, 130, 1) and "KeyboardInterrupt" in out.stderr, \

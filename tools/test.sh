@@ -4,6 +4,7 @@
 #   tools/test.sh                        # everything, slow end-to-end checks included (what CI runs)
 #   tools/test.sh -m "not slow"          # the fast part while editing
 #   AUDIOCLF_STACK=legacy tools/test.sh  # one stack only (current, legacy or both)
+#   AUDIOCLF_TEST_WORKERS=1 tools/test.sh  # one process (default: one per core, pytest-xdist)
 # Extra arguments go to pytest. Each stack's run lists what it skipped and why (pytest -rs: the
 # tests only the other stack can run); the exit status is non-zero if any stack failed.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
@@ -11,6 +12,10 @@ cd "$ROOT"
 
 declare -A STATUS
 failed=0
+# A test file runs whole in one worker (--dist loadfile): its module fixtures are made once.
+WORKERS=${AUDIOCLF_TEST_WORKERS:-$(nproc)}
+PARALLEL=()
+[ "$WORKERS" -gt 1 ] && PARALLEL=(-n "$WORKERS" --dist loadfile)
 # Every stack's venv before any test: a test may run the other stack's commands (the legacy
 # stack's report in tests/test_migrate.py, docs/your_model.md's blocks in tests/test_docs.py).
 for stack in "${STACKS[@]}"; do
@@ -25,7 +30,7 @@ for stack in "${STACKS[@]}"; do
     "$PYTHON" -c 'import sys, tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: '\
 'Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
       "$stack" >&2
-    "$PYTHON" -m pytest -q -rs "$@" || rc=$?
+    "$PYTHON" -m pytest -q -rs "${PARALLEL[@]+"${PARALLEL[@]}"}" "$@" || rc=$?
   fi
   STATUS[$stack]=$rc
   [ "$rc" = 0 ] || failed=1
