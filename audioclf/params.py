@@ -508,6 +508,13 @@ def flag_value(value: Any) -> str:
 
 def _joint_problems(p: Params) -> Iterator[str]:
   """The limits that join fields, each message led by the flag to change."""
+  for problems in (_model_problems, _range_problems, _label_problems, _feature_problems,
+                   _training_problems, _input_problems):
+    yield from problems(p)
+
+
+def _model_problems(p: Params) -> Iterator[str]:
+  """The model's name, and how the optimizer flags go with a builder's own optimizer."""
   if not MODEL_NAME.match(p.model):
     yield (f"--model={p.model}: must be a registered model's name (cnn, ds_cnn, ...) or "
            "module:function")
@@ -517,10 +524,18 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if "learning_rate" in p.optimizer_args and p.optimizer != BUILDERS_OPTIMIZER:
     yield (f"--optimizer_args={p.optimizer_args.flag()}: give the learning rate as "
            "--learning_rate (optimizer_args may set it only with --optimizer=model)")
+
+
+def _range_problems(p: Params) -> Iterator[str]:
+  """The min,max fields: min <= max."""
   for name in sorted(_RANGES):
     low, high = getattr(p, name)
     if low > high:
       yield f"--{name}={flag_value(getattr(p, name))}: must be min,max with min <= max"
+
+
+def _label_problems(p: Params) -> Iterator[str]:
+  """The wanted words, the unknown ones, and the splits that leave files to train on."""
   words = flag_value(p.wanted_words)
   if len(set(p.wanted_words)) != len(p.wanted_words):
     yield f"--wanted_words={words}: must not repeat a word"
@@ -534,6 +549,10 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if p.validation_percent + p.testing_percent >= 100:
     yield (f"--validation_percent={p.validation_percent} + --testing_percent={p.testing_percent}: "
            "must be < 100, or no file is left to train on")
+
+
+def _feature_problems(p: Params) -> Iterator[str]:
+  """The log-mel's frequencies and frames against the sample rate and the clip."""
   nyquist = p.sample_rate / 2
   if p.fmax > nyquist:
     yield (f"--fmax={p.fmax}: must be <= sample_rate/2 = {nyquist:g} Hz, the highest frequency "
@@ -547,6 +566,10 @@ def _joint_problems(p: Params) -> Iterator[str]:
              f"at --sample_rate={p.sample_rate}")
   if p.frame_ms > p.clip_seconds * 1000.0:
     yield f"--frame_ms={p.frame_ms}: must fit in a clip, --clip_seconds={p.clip_seconds}"
+
+
+def _training_problems(p: Params) -> Iterator[str]:
+  """A tuner trial's steps, and what early stopping needs."""
   if p.trial_steps < p.trial_epochs:
     yield (f"--trial_steps={p.trial_steps}: must be >= --trial_epochs={p.trial_epochs}, "
            "as each of a trial's epochs is trial_steps/trial_epochs steps")
@@ -556,6 +579,10 @@ def _joint_problems(p: Params) -> Iterator[str]:
   if p.early_stopping_patience and not p.eval_every_steps:
     yield (f"--early_stopping_patience={p.early_stopping_patience}: needs --eval_every_steps > 0 "
            "(with 0 the run evaluates once, at its end)")
+
+
+def _input_problems(p: Params) -> Iterator[str]:
+  """Where batches come from (a tf.data service) and go to (a device)."""
   if p.data_service is not None and not DATA_SERVICE_ADDRESS.match(p.data_service):
     yield f"--data_service={p.data_service}: must be grpc://host:port, a dispatcher's address"
   if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):

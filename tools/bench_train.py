@@ -234,24 +234,48 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
   if n_files < params.batch_size:
     raise app.UsageError(f"--n_{workload.ext}={n_files} is less than one batch")
   root = os.path.join(FLAGS.out_dir, f"{name}-{n_files}")
+  files, labels = _make_files(name, workload, root, n_files)
+  data_params = benchdata.audioclf_params(
+      root, os.path.join(FLAGS.out_dir, "cache-train", f"{name}-{n_files}"), params)
+  manifest = manifest_lib.load(data_params)
+  _fill_warm_cache(name, data_params, manifest)
+  cold_dirs: list[str] = []
+  builders = _pipelines(workload, files, labels, data_params, manifest, cold_dirs)
+  engines = [e for e in ENGINES if e in FLAGS.engines]
+  # A process's first training run pays one-off costs (TF runtime, kernels,
+  # thread pools); pay them untimed, once per engine.
+  for engine in engines:
+    t = time.perf_counter()
+    TRAIN[engine](data_params, builders["limit"], FLAGS.warmup_steps + 2)
+    _log(f"[{name}] {engine}: first run, untimed ({time.perf_counter() - t:.1f} s)")
+  return _rounds(name, engines, data_params, builders, cold_dirs, bar)
+
+
+def _make_files(name: str, workload, root: str, n_files: int) -> tuple[list, list]:
+  """The workload's generated files under root (benchdata.make_files), with a progress bar."""
   t = time.perf_counter()
   with tqdm(total=n_files, desc=f"{name}: files", file=sys.stderr, leave=False) as b:
     files, labels = benchdata.make_files(workload, root, n_files, progress=b.update)
   _log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
+  return files, labels
 
-  data_params = benchdata.audioclf_params(
-      root, os.path.join(FLAGS.out_dir, "cache-train", f"{name}-{n_files}"), params)
-  manifest = manifest_lib.load(data_params)
-  # Fill the warm cache once, untimed (eval mode: one pass that writes the split).
+
+def _fill_warm_cache(name: str, data_params: audioclf.Params,
+                     manifest: manifest_lib.Manifest) -> None:
+  """Fills the warm cache once, untimed (eval mode: one pass that writes the split)."""
   t = time.perf_counter()
   fill_lib.fill(data_params, ("train",), manifest)
   _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
+
+
+def _pipelines(workload, files: list, labels: list, data_params: audioclf.Params,
+               manifest: manifest_lib.Manifest,
+               cold_dirs: list[str]) -> dict[str, Callable[[], tf.data.Dataset]]:
+  """Each pipeline's dataset builder; audioclf_cold's caches into the last of cold_dirs."""
   # The limit repeats batches audioclf's warm pipeline cut, held in memory.
   limit = [(f["waveform"].numpy(), y.numpy()) for f, y in
            audioclf.input_fn(data_params, "train", manifest=manifest).take(FLAGS.limit_batches)]
-
-  cold_dirs: list[str] = []
-  builders: dict[str, Callable[[], tf.data.Dataset]] = {
+  return {
       "naive": lambda: benchdata.naive_input_fn(files, labels, workload, data_params),
       "best_practice": lambda: benchdata.best_practice_input_fn(files, labels, workload,
                                                                 data_params),
@@ -261,90 +285,104 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
       "limit": lambda: benchdata.repeated_batches_input_fn(limit),
       UNMETERED: lambda: benchdata.repeated_batches_input_fn(limit),
   }
+
+
+def _rounds(name: str, engines: list[str], data_params: audioclf.Params,
+            builders: dict[str, Callable[[], tf.data.Dataset]], cold_dirs: list[str],
+            bar: tqdm) -> dict[tuple[str, str], list[Run]]:
+  """--repeats rounds of every engine with every selected pipeline: {(engine, pipeline): runs}."""
   order = [p for p in PIPELINES if p in FLAGS.pipelines]
-  engines = [e for e in ENGINES if e in FLAGS.engines]
-
-  # A process's first training run pays one-off costs (TF runtime, kernels,
-  # thread pools); pay them untimed, once per engine.
-  for engine in engines:
-    t = time.perf_counter()
-    TRAIN[engine](data_params, builders["limit"], FLAGS.warmup_steps + 2)
-    _log(f"[{name}] {engine}: first run, untimed ({time.perf_counter() - t:.1f} s)")
-
   runs: dict[tuple[str, str], list[Run]] = {(e, p): [] for e in engines for p in order}
   for r in range(FLAGS.repeats):
     # Rotate engines and pipelines so none always follows the same neighbour.
     for engine in engines[r % len(engines):] + engines[:r % len(engines)]:
       for p in order[r % len(order):] + order[:r % len(order)]:
         bar.set_description(f"{name} round {r + 1}/{FLAGS.repeats}: {engine} {p}")
-        if p == "audioclf_cold":
-          # A new folder each time, deleted only at the end (see bench_input.py: ext4 without
-          # a journal creates files slowly right after mass deletes).
-          cold_dirs.append(os.path.join(_cold_root(), f"{name}-{engine}-{r}"))
-        t = time.perf_counter()
-        run = TRAIN[engine](data_params, builders[p], FLAGS.steps,
-                            FLAGS.max_seconds if p in CAPPED else 0.0, metered=p != UNMETERED)
-        if p == "audioclf_cold":
-          # The split is written in the background as epoch 1 ends: let that end
-          # here, outside any timing, rather than in the next run's.
-          store_lib.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
-        runs[(engine, p)].append(run)
-        _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
-             f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
-             f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
+        runs[(engine, p)].append(_timed_run(name, r, engine, p, data_params, builders, cold_dirs))
         keras.backend.clear_session()
         gc.collect()
         bar.update(1)
   return runs
 
 
+def _timed_run(name: str, r: int, engine: str, p: str, data_params: audioclf.Params,
+               builders: dict[str, Callable[[], tf.data.Dataset]], cold_dirs: list[str]) -> Run:
+  """Round r's run of `engine` fed by pipeline p, logged; audioclf_cold's on a new cache."""
+  if p == "audioclf_cold":
+    # A new folder each time, deleted only at the end (see bench_input.py: ext4 without
+    # a journal creates files slowly right after mass deletes).
+    cold_dirs.append(os.path.join(_cold_root(), f"{name}-{engine}-{r}"))
+  t = time.perf_counter()
+  run = TRAIN[engine](data_params, builders[p], FLAGS.steps,
+                      FLAGS.max_seconds if p in CAPPED else 0.0, metered=p != UNMETERED)
+  if p == "audioclf_cold":
+    # The split is written in the background as epoch 1 ends: let that end
+    # here, outside any timing, rather than in the next run's.
+    store_lib.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
+  _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
+       f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
+       f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
+  return run
+
+
 def summarize(name: str, runs: dict[tuple[str, str], list[Run]]) -> tuple[list[dict], list[dict]]:
   """Table rows and target verdicts of one workload: medians over rounds, ratios within rounds."""
-  rows = []
-  for (engine, p), rs in runs.items():
-    limit = runs.get((engine, "limit"))
-    ratio = (statistics.median(a.steps_per_s / b.steps_per_s for a, b in zip(rs, limit))
-             if limit else None)
-    rows.append({
-        "workload": name, "engine": engine, "pipeline": p,
-        "steps_per_s": statistics.median(r.steps_per_s for r in rs),
-        "stall_fraction": statistics.median(r.stall_fraction for r in rs),
-        "ratio_to_limit": ratio,
-        "measured_steps": min(r.measured_steps for r in rs),
-        "first_step_s": statistics.median(r.first_step_s for r in rs),
-        "runs": [dataclasses.asdict(r) for r in rs],
-    })
-  by = {(row["engine"], row["pipeline"]): row for row in rows}
+  rows = [_row(name, engine, p, rs, runs.get((engine, "limit")))
+          for (engine, p), rs in runs.items()]
+  return rows, _targets(name, runs, {(row["engine"], row["pipeline"]): row for row in rows})
+
+
+def _median_ratio(runs: list[Run], to: list[Run]) -> float:
+  """The median over rounds of runs' steps/s over those of `to` in the same round."""
+  return statistics.median(a.steps_per_s / b.steps_per_s for a, b in zip(runs, to))
+
+
+def _row(name: str, engine: str, p: str, rs: list[Run], limit: list[Run] | None) -> dict:
+  """The table's row of one engine and pipeline: medians over its rounds."""
+  return {
+      "workload": name, "engine": engine, "pipeline": p,
+      "steps_per_s": statistics.median(r.steps_per_s for r in rs),
+      "stall_fraction": statistics.median(r.stall_fraction for r in rs),
+      "ratio_to_limit": _median_ratio(rs, limit) if limit else None,
+      "measured_steps": min(r.measured_steps for r in rs),
+      "first_step_s": statistics.median(r.first_step_s for r in rs),
+      "runs": [dataclasses.asdict(r) for r in rs],
+  }
+
+
+def _targets(name: str, runs: dict[tuple[str, str], list[Run]],
+             by: dict[tuple[str, str], dict]) -> list[dict]:
+  """The verdict on each target whose runs are there; `by` holds the rows by (engine, pipeline)."""
+  def verdict(target: str, value: float, want: str, passed: bool) -> dict:
+    return {"workload": name, "target": target, "value": value, "want": want, "pass": passed}
+
   targets = []
   for engine in ENGINES:
     if (engine, "audioclf_warm") in by and (engine, "limit") in by:
       v = by[(engine, "audioclf_warm")]["ratio_to_limit"]
-      targets.append({"workload": name, "target": f"warm_vs_limit[{engine}]", "value": v,
-                      "want": f">= {TARGET_WARM_RATIO}", "pass": v >= TARGET_WARM_RATIO})
+      targets.append(verdict(f"warm_vs_limit[{engine}]", v, f">= {TARGET_WARM_RATIO}",
+                             v >= TARGET_WARM_RATIO))
     if (engine, "audioclf_cold") in runs and (engine, "best_practice") in runs:
-      v = statistics.median(a.steps_per_s / b.steps_per_s for a, b in
-                            zip(runs[(engine, "audioclf_cold")], runs[(engine, "best_practice")]))
+      v = _median_ratio(runs[(engine, "audioclf_cold")], runs[(engine, "best_practice")])
       # Where cold keeps up with the step (it stalls under 1% of the time),
       # steps/s is the step's own rate and the ratio only measures noise:
       # no input pipeline could make that run faster.
       stall = by[(engine, "audioclf_cold")]["stall_fraction"]
-      targets.append({"workload": name, "target": f"cold_vs_best[{engine}]", "value": v,
-                      "want": f">= 1.0, or cold stall < {TIE_STALL:.0%} (keeps up with the step)",
-                      "pass": v >= 1.0 or stall < TIE_STALL})
+      targets.append(verdict(f"cold_vs_best[{engine}]", v,
+                             f">= 1.0, or cold stall < {TIE_STALL:.0%} (keeps up with the step)",
+                             v >= 1.0 or stall < TIE_STALL))
     if (engine, "limit") in runs and (engine, UNMETERED) in runs:
-      v = statistics.median(a.steps_per_s / b.steps_per_s for a, b in
-                            zip(runs[(engine, "limit")], runs[(engine, UNMETERED)]))
-      targets.append({"workload": name, "target": f"meter_cost[{engine}]", "value": v,
-                      "want": f">= {TARGET_METER_RATIO} (limit with / without the stall meter)",
-                      "pass": v >= TARGET_METER_RATIO})
+      v = _median_ratio(runs[(engine, "limit")], runs[(engine, UNMETERED)])
+      targets.append(verdict(f"meter_cost[{engine}]", v,
+                             f">= {TARGET_METER_RATIO} (limit with / without the stall meter)",
+                             v >= TARGET_METER_RATIO))
   if ("keras", "audioclf_warm") in runs and ("estimator", "audioclf_warm") in runs:
-    v = statistics.median(e.steps_per_s / k.steps_per_s for e, k in
-                          zip(runs[("estimator", "audioclf_warm")], runs[("keras", "audioclf_warm")]))
-    targets.append({"workload": name, "target": "engines_agree", "value": v,
-                    "want": f"estimator/keras in [{1 - TARGET_ENGINES_GAP:.2f}, "
-                            f"{1 / (1 - TARGET_ENGINES_GAP):.2f}]",
-                    "pass": 1 - TARGET_ENGINES_GAP <= v <= 1 / (1 - TARGET_ENGINES_GAP)})
-  return rows, targets
+    v = _median_ratio(runs[("estimator", "audioclf_warm")], runs[("keras", "audioclf_warm")])
+    targets.append(verdict("engines_agree", v,
+                           f"estimator/keras in [{1 - TARGET_ENGINES_GAP:.2f}, "
+                           f"{1 / (1 - TARGET_ENGINES_GAP):.2f}]",
+                           1 - TARGET_ENGINES_GAP <= v <= 1 / (1 - TARGET_ENGINES_GAP)))
+  return targets
 
 
 def _model_description(params: audioclf.Params) -> str:

@@ -88,6 +88,9 @@ def train_estimator(params, build, device: str) -> dict:
   return _result(meter)
 
 
+TRAIN = {"keras": train_keras, "estimator": train_estimator}
+
+
 def main(argv):
   del argv
   gpus = tf.config.list_physical_devices("GPU")
@@ -101,6 +104,19 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   device = "/gpu:0" if gpus else "/cpu:0"
   params = command_flags.params_from_flags()
+  data_params, manifest = _warm_workload(params)
+  pipelines = _pipelines(data_params, manifest)
+  results = {"device": device, "gpus": [g.name for g in gpus], "batch_size": params.batch_size,
+             "model": params.model, "model_args": dict(params.model_args), "steps": FLAGS.steps,
+             "warmup_steps": FLAGS.warmup_steps}
+  for engine in engines.available():  # The Estimator runs on the legacy stack only.
+    results[engine] = _engine_runs(engine, data_params, pipelines, device)
+  print(json.dumps(results), flush=True)
+  return 0
+
+
+def _warm_workload(params: audioclf.Params) -> tuple[audioclf.Params, manifest_lib.Manifest]:
+  """Writes the WAV workload and fills its cache: the params and manifest that read it warm."""
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   workload = benchdata.WORKLOADS["wav"]
   root = os.path.join(FLAGS.out_dir, f"wav-{FLAGS.n_files}")
@@ -108,28 +124,29 @@ def main(argv):
   data_params = benchdata.audioclf_params(root, os.path.join(FLAGS.out_dir, "cache"), params)
   manifest = manifest_lib.load(data_params)
   fill_lib.fill(data_params, ("train",), manifest)  # The runs below read it warm.
+  return data_params, manifest
+
+
+def _pipelines(data_params: audioclf.Params, manifest: manifest_lib.Manifest) -> dict:
+  """audioclf_warm reads the warm cache; the limit repeats 8 of its batches from memory."""
   batches = [(f["waveform"].numpy(), y.numpy()) for f, y in
              audioclf.input_fn(data_params, "train", manifest=manifest).take(8)]
-  pipelines = {
+  return {
       "audioclf_warm": lambda: audioclf.input_fn(data_params, "train", manifest=manifest),
       "limit": lambda: benchdata.repeated_batches_input_fn(batches),
   }
-  results = {"device": device, "gpus": [g.name for g in gpus], "batch_size": params.batch_size,
-             "model": params.model, "model_args": dict(params.model_args), "steps": FLAGS.steps,
-             "warmup_steps": FLAGS.warmup_steps}
-  trainers = {"keras": train_keras, "estimator": train_estimator}
-  for engine in engines.available():  # The Estimator runs on the legacy stack only.
-    train = trainers[engine]
-    runs = {}
-    for name, build in pipelines.items():
-      runs[name] = train(data_params.replace(engine=engine), build, device)
-      print(f"[gpu_check] {engine} {name}: {runs[name]}", file=sys.stderr, flush=True)
-      keras.backend.clear_session()
-    warm, limit = runs["audioclf_warm"]["steps_per_s"], runs["limit"]["steps_per_s"]
-    runs["warm_vs_limit"] = round(warm / limit, 3) if warm and limit else None
-    results[engine] = runs
-  print(json.dumps(results), flush=True)
-  return 0
+
+
+def _engine_runs(engine: str, data_params: audioclf.Params, pipelines: dict, device: str) -> dict:
+  """One engine's result on each pipeline, and warm_vs_limit, their steps/s ratio."""
+  runs = {}
+  for name, build in pipelines.items():
+    runs[name] = TRAIN[engine](data_params.replace(engine=engine), build, device)
+    print(f"[gpu_check] {engine} {name}: {runs[name]}", file=sys.stderr, flush=True)
+    keras.backend.clear_session()
+  warm, limit = runs["audioclf_warm"]["steps_per_s"], runs["limit"]["steps_per_s"]
+  runs["warm_vs_limit"] = round(warm / limit, 3) if warm and limit else None
+  return runs
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import ctypes
 import hashlib
 import importlib.util
 import json
@@ -199,6 +200,34 @@ def held_out_paths(out_dir: str | os.PathLike) -> list[str]:
 def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
               background_noise=False, noise_seconds=NOISE_SECONDS, held_out_speakers=0):
   words = _check_words(words)
+  _check_numbers(per_word, seed, speakers, background_noise, noise_seconds, held_out_speakers)
+  # Absolute, so "." or "data/" still have a parent folder and a name to swap in under.
+  out = Path(os.path.abspath(out_dir))
+  settings = _settings(words, per_word, seed, speakers, background_noise, noise_seconds,
+                       held_out_speakers)
+  if not force:
+    reused = _reusable(out, settings)
+    if reused is not None:
+      return reused, True
+
+  if importlib.util.find_spec("espeakng_loader") is None:
+    raise SpeechWordsError(_DEMO_HINT)
+  _check_replaceable(out)
+  voices = _available_voices()
+  pool = _speaker_pool(voices, min(speakers, per_word), seed)
+  tmp = _partial_dir(out)
+  try:
+    rel_paths = _write_dataset(tmp, settings, voices, pool, progress)
+    _swap_in(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return [str(out / p) for p in rel_paths], False
+
+
+def _check_numbers(per_word, seed, speakers, background_noise, noise_seconds,
+                   held_out_speakers) -> None:
+  """Raises SpeechWordsError for a count, length or seed no dataset can have."""
   if per_word < 1 or speakers < 1:
     raise SpeechWordsError("--per_word and --speakers must be at least 1")
   if held_out_speakers < 0:
@@ -207,8 +236,11 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
     raise SpeechWordsError("--noise_seconds must be between 1 and 3600")
   if seed < 0:
     raise SpeechWordsError("--seed must be non-negative")
-  # Absolute, so "." or "data/" still have a parent folder and a name to swap in under.
-  out = Path(os.path.abspath(out_dir))
+
+
+def _settings(words, per_word, seed, speakers, background_noise, noise_seconds,
+              held_out_speakers) -> dict:
+  """What the output is a pure function of, as the stamp records it."""
   settings = {
       "generator": GENERATOR_VERSION,
       "words": list(words),
@@ -223,51 +255,54 @@ def _generate(out_dir, words, per_word, seed, *, speakers, force, progress,
     settings["background_noise"] = {"seconds": float(noise_seconds)}
   if held_out_speakers:
     settings["held_out_speakers"] = int(held_out_speakers)  # Likewise only when asked.
-  if not force:
-    reused = _reusable(out, settings)
-    if reused is not None:
-      return reused, True
+  return settings
 
-  if importlib.util.find_spec("espeakng_loader") is None:
-    raise SpeechWordsError(_DEMO_HINT)
-  _check_replaceable(out)
-  voices = _available_voices()
-  pool = _speaker_pool(voices, min(speakers, per_word), seed)
 
+def _partial_dir(out: Path) -> Path:
+  """A new, empty folder beside out to build the dataset in, and swap in for out at the end.
+
+  So an interrupted run never leaves a half-written dataset behind, and files of an older
+  dataset with other words never mix in. Not mkdtemp: its 0700 mode would end up on out_dir;
+  mkdir honours the umask.
+  """
   out.parent.mkdir(parents=True, exist_ok=True)
-  # Build next to out_dir and swap it in at the end: an interrupted run never leaves a
-  # half-written dataset behind, and files of an older dataset with other words never mix in.
-  # Not mkdtemp: its 0700 mode would end up on out_dir; mkdir honours the umask.
   tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
   tmp.mkdir()
-  try:
-    rel_paths, espeak_version = _write_clips(tmp, words, per_word, seed, pool, progress)
-    file_bytes = (tmp / rel_paths[0]).stat().st_size
-    noise_files = (_write_noise(tmp, words, seed, voices, noise_seconds)
-                   if background_noise else [])
-    held_out = _held_out_pool(voices, held_out_speakers, seed, pool)
-    held_out_files = (_write_held_out(tmp, words, per_word, seed, pool, held_out, progress)
-                      if held_out else [])
-    stamp = {
-        "settings": settings,
-        "files": rel_paths,
-        "noise_files": noise_files,
-        "noise_bytes": (tmp / noise_files[0]).stat().st_size if noise_files else None,
-        "file_bytes": file_bytes,
-        "espeak_ng": espeak_version,
-        "speakers": {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
-                     for s in pool},
-    }
-    if held_out:
-      stamp["held_out_files"] = held_out_files
-      stamp["held_out_speakers"] = {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")}
-                                    for s in held_out}
-    _write_atomically(tmp / STAMP_NAME, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
-    _swap_in(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-  return [str(out / p) for p in rel_paths], False
+  return tmp
+
+
+def _write_dataset(root: Path, settings: dict, voices: list[str], pool: list[dict],
+                   progress: bool) -> list[str]:
+  """Writes the dataset `settings` describe into root, its stamp last; returns the clips' paths.
+
+  Returns:
+    The word clips' paths relative to root, word by word, in clip order.
+  """
+  words, per_word, seed = settings["words"], settings["per_word"], settings["seed"]
+  rel_paths, espeak_version = _write_clips(root, words, per_word, seed, pool, progress)
+  noise = settings.get("background_noise")
+  noise_files = _write_noise(root, words, seed, voices, noise["seconds"]) if noise else []
+  held_out = _held_out_pool(voices, settings.get("held_out_speakers", 0), seed, pool)
+  stamp = {
+      "settings": settings,
+      "files": rel_paths,
+      "noise_files": noise_files,
+      "noise_bytes": (root / noise_files[0]).stat().st_size if noise_files else None,
+      "file_bytes": (root / rel_paths[0]).stat().st_size,
+      "espeak_ng": espeak_version,
+      "speakers": _speaker_table(pool),
+  }
+  if held_out:
+    stamp["held_out_files"] = _write_held_out(root, words, per_word, seed, pool, held_out,
+                                              progress)
+    stamp["held_out_speakers"] = _speaker_table(held_out)
+  _write_atomically(root / STAMP_NAME, json.dumps(stamp, indent=1, sort_keys=True) + "\n")
+  return rel_paths
+
+
+def _speaker_table(pool: list[dict]) -> dict[str, dict]:
+  """Speaker id -> the voice, rate, pitch and range that make it, for the stamp."""
+  return {s["id"]: {k: s[k] for k in ("voice", "rate", "pitch", "range")} for s in pool}
 
 
 def _check_words(words) -> list[str]:
@@ -608,8 +643,6 @@ def _synthesize_word(word: str, jobs: list[list]) -> tuple[dict, list[np.ndarray
 
 def _worker_main() -> int:
   """Synthesizes the jobs read from stdin; writes a JSON header line plus raw int16 audio."""
-  import ctypes
-
   req = json.load(sys.stdin)
   word = req["word"]
   try:
@@ -617,7 +650,34 @@ def _worker_main() -> int:
   except ImportError:
     return _worker_fail(_DEMO_HINT)
 
-  lib = ctypes.CDLL(espeakng_loader.get_library_path())
+  lib, set_seed = _espeak_library(espeakng_loader.get_library_path())
+  # DONT_EXIT: without it a bad data path makes espeak call exit() inside this process.
+  sample_rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0,
+                                      espeakng_loader.get_data_path().encode(),
+                                      _INITIALIZE_DONT_EXIT)
+  if sample_rate <= 0:
+    return _worker_fail(f"espeak-ng failed to initialize (data in "
+                        f"{espeakng_loader.get_data_path()}); reinstall espeakng-loader")
+  speaker = _WordSpeaker(lib, set_seed, sample_rate, word)
+  lengths, out = [], []
+  try:
+    for voice, wpm, pitch, prange, noise_seed in req["jobs"]:
+      audio = speaker.say_in_a_clip(voice, wpm, pitch, prange, noise_seed)
+      lengths.append(len(audio))
+      out.append(audio.tobytes())
+  except ValueError as e:
+    return _worker_fail(f"cannot synthesize {word!r} ({voice}): {e}")
+  header = {"sample_rate": sample_rate, "espeak": lib.espeak_Info(None).decode(),
+            "lengths": lengths}
+  sys.stdout.buffer.write(json.dumps(header).encode() + b"\n")
+  sys.stdout.buffer.write(b"".join(out))
+  sys.stdout.buffer.flush()
+  return 0
+
+
+def _espeak_library(path: str):
+  """espeak-ng's shared library at path, its functions typed; and espeak_ng_SetRandSeed, or None."""
+  lib = ctypes.CDLL(path)
   lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
   lib.espeak_Initialize.restype = ctypes.c_int
   lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
@@ -636,75 +696,66 @@ def _worker_main() -> int:
   if set_seed is not None:
     set_seed.argtypes = [ctypes.c_long]
     set_seed.restype = None
+  return lib, set_seed
 
-  # DONT_EXIT: without it a bad data path makes espeak call exit() inside this process.
-  sample_rate = lib.espeak_Initialize(_AUDIO_OUTPUT_SYNCHRONOUS, 0,
-                                      espeakng_loader.get_data_path().encode(),
-                                      _INITIALIZE_DONT_EXIT)
-  if sample_rate <= 0:
-    return _worker_fail(f"espeak-ng failed to initialize (data in "
-                        f"{espeakng_loader.get_data_path()}); reinstall espeakng-loader")
 
-  chunks: list[bytes] = []
+class _WordSpeaker:
+  """Says one word with an initialized espeak-ng, in any voice, rate and pitch."""
 
-  def collect(wav, n, events):
+  def __init__(self, lib, set_seed, sample_rate: int, word: str):
+    self._lib, self._set_seed, self._sample_rate = lib, set_seed, sample_rate
+    self._text = word.encode("utf-8") + b"\0"
+    self._chunks: list[bytes] = []
+    # Kept on self for the whole run: if ctypes' thunk were collected, espeak would call
+    # freed memory.
+    self._callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
+                                      ctypes.c_void_p)(self._collect)
+    lib.espeak_SetSynthCallback(self._callback)
+
+  def _collect(self, wav, n, events):
     if wav and n > 0:
-      chunks.append(ctypes.string_at(wav, n * 2))
+      self._chunks.append(ctypes.string_at(wav, n * 2))
     return 0  # 0 = keep going
 
-  # Kept in a local for the whole run: if ctypes' thunk were collected, espeak would call
-  # freed memory.
-  callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
-                              ctypes.c_void_p)(collect)
-  lib.espeak_SetSynthCallback(callback)
-  text = word.encode("utf-8") + b"\0"
-  limit = int(MAX_WORD_SECONDS * sample_rate)
+  def say_in_a_clip(self, voice, wpm, pitch, prange, noise_seed) -> np.ndarray:
+    """The word, faster than wpm where it would not fit in MAX_WORD_SECONDS; ValueError if never."""
+    limit = int(MAX_WORD_SECONDS * self._sample_rate)
+    audio = self.say(voice, wpm, pitch, prange, noise_seed)
+    # Too long for the window: speak faster rather than cut the word off (espeak-ng
+    # goes past its classic 450 wpm limit through its bundled sonic library).
+    while len(audio) > limit and wpm < MAX_RATE_WPM:
+      wpm = min(MAX_RATE_WPM, int(np.ceil(wpm * len(audio) / limit * 1.05)))
+      audio = self.say(voice, wpm, pitch, prange, noise_seed)
+    if len(audio) > limit:
+      raise ValueError(f"it lasts {len(audio) / self._sample_rate:.2f} s even at {wpm} words/min, "
+                       f"more than the {MAX_WORD_SECONDS} s a 1 s clip allows")
+    return audio
 
-  def speak(voice, wpm, pitch, prange, noise_seed):
+  def say(self, voice, wpm, pitch, prange, noise_seed) -> np.ndarray:
+    """The word as int16 samples, trimmed of espeak's silence; ValueError if it fails."""
+    lib = self._lib
     if lib.espeak_SetVoiceByName(voice.encode()) != 0:
       raise ValueError(f"espeak-ng has no voice {voice!r}")
     # These stick across utterances and voice changes, so every job sets all three.
     lib.espeak_SetParameter(_PARAM_RATE, wpm, 0)
     lib.espeak_SetParameter(_PARAM_PITCH, pitch, 0)
     lib.espeak_SetParameter(_PARAM_RANGE, prange, 0)
-    if set_seed is not None:
-      set_seed(noise_seed)
-    chunks.clear()
-    err = lib.espeak_Synth(text, len(text), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None, None)
+    if self._set_seed is not None:
+      self._set_seed(noise_seed)
+    self._chunks.clear()
+    err = lib.espeak_Synth(self._text, len(self._text), 0, _POS_CHARACTER, 0, _CHARS_UTF8, None,
+                           None)
     lib.espeak_Synchronize()
     if err != 0:
       raise ValueError(f"espeak_Synth returned error {err}")
-    audio = np.frombuffer(b"".join(chunks), dtype=np.int16)
+    audio = np.frombuffer(b"".join(self._chunks), dtype=np.int16)
     peak = int(np.max(np.abs(audio.astype(np.int32)))) if audio.size else 0
     if peak < 256:
       raise ValueError("espeak-ng produced no sound for it")
     # espeak pads with silence; trim it so the word's offset in the window is ours to pick.
     loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > peak * 0.005)
-    pad = sample_rate // 100  # 10 ms, so soft onsets and endings survive the trim
+    pad = self._sample_rate // 100  # 10 ms, so soft onsets and endings survive the trim
     return audio[max(loud[0] - pad, 0):loud[-1] + pad + 1]
-
-  lengths, out = [], []
-  try:
-    for voice, wpm, pitch, prange, noise_seed in req["jobs"]:
-      audio = speak(voice, wpm, pitch, prange, noise_seed)
-      # Too long for the window: speak faster rather than cut the word off (espeak-ng
-      # goes past its classic 450 wpm limit through its bundled sonic library).
-      while len(audio) > limit and wpm < MAX_RATE_WPM:
-        wpm = min(MAX_RATE_WPM, int(np.ceil(wpm * len(audio) / limit * 1.05)))
-        audio = speak(voice, wpm, pitch, prange, noise_seed)
-      if len(audio) > limit:
-        raise ValueError(f"it lasts {len(audio) / sample_rate:.2f} s even at {wpm} words/min, "
-                         f"more than the {MAX_WORD_SECONDS} s a 1 s clip allows")
-      lengths.append(len(audio))
-      out.append(audio.tobytes())
-  except ValueError as e:
-    return _worker_fail(f"cannot synthesize {word!r} ({voice}): {e}")
-  header = {"sample_rate": sample_rate, "espeak": lib.espeak_Info(None).decode(),
-            "lengths": lengths}
-  sys.stdout.buffer.write(json.dumps(header).encode() + b"\n")
-  sys.stdout.buffer.write(b"".join(out))
-  sys.stdout.buffer.flush()
-  return 0
 
 
 def _worker_fail(msg: str) -> int:
@@ -716,6 +767,23 @@ def main(argv: Sequence[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv == [_WORKER_FLAG]:
     return _worker_main()
+  args = _parser().parse_args(argv)
+  start = time.perf_counter()
+  try:
+    paths, reused = _generate(args.out_dir, args.words, args.per_word, args.seed,
+                              speakers=args.speakers, force=args.force,
+                              progress=not args.no_progress,
+                              background_noise=args.background_noise,
+                              noise_seconds=args.noise_seconds,
+                              held_out_speakers=args.held_out_speakers)
+  except SpeechWordsError as e:
+    print(f"make_speech_words: error: {e}", file=sys.stderr)
+    return 1
+  _print_summary(args, paths, reused, time.perf_counter() - start)
+  return 0
+
+
+def _parser() -> argparse.ArgumentParser:
   class Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     pass
 
@@ -736,20 +804,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "beyond the training speakers' rate and pitch), all listed as test clips")
   p.add_argument("--force", action="store_true", help="regenerate even if already there")
   p.add_argument("--no_progress", action="store_true", help="no progress bar")
-  args = p.parse_args(argv)
+  return p
 
-  start = time.perf_counter()
-  try:
-    paths, reused = _generate(args.out_dir, args.words, args.per_word, args.seed,
-                              speakers=args.speakers, force=args.force,
-                              progress=not args.no_progress,
-                              background_noise=args.background_noise,
-                              noise_seconds=args.noise_seconds,
-                              held_out_speakers=args.held_out_speakers)
-  except SpeechWordsError as e:
-    print(f"make_speech_words: error: {e}", file=sys.stderr)
-    return 1
-  took = time.perf_counter() - start
+
+def _print_summary(args: argparse.Namespace, paths: list[str], reused: bool, took: float) -> None:
+  """What main made (or found already made) in args.out_dir, on stdout."""
   n_words = len(_check_words(args.words))
   if args.background_noise:
     n_noise = len(noise_paths(args.out_dir))
@@ -764,7 +823,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   else:
     print(f"wrote {len(paths)} clips ({n_words} words x {args.per_word}) to {args.out_dir} "
           f"in {took:.1f} s")
-  return 0
 
 
 if __name__ == "__main__":

@@ -50,21 +50,36 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   define_flags(flag_values)
   if "split" in flag_values:  # They are defined together: once defines them all.
     return
-  flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf evaluate).",
-                    flag_values=flag_values)
   flags.DEFINE_string("checkpoint", "best", "The model_dir's checkpoint that evaluate, predict, "
                       "export and migrate --report use: best (the one --keep_best kept, where "
                       "the run kept one, else the latest), last (the latest), or a checkpoint's "
                       "path (e.g. runs/demo/model.ckpt-400).", flag_values=flag_values)
+  _define_evaluate_flags(flag_values)
+  _define_export_flags(flag_values)
+  _define_predict_flags(flag_values)
+  _register_model_dir_validators(flag_values)
+
+
+def _define_evaluate_flags(flag_values: flags.FlagValues) -> None:
+  """audioclf evaluate's own flags: what to evaluate on which split, and its report."""
+  flags.DEFINE_enum("split", "validation", SPLITS, "Split to evaluate (audioclf evaluate).",
+                    flag_values=flag_values)
   flags.DEFINE_string("group_by", None, "audioclf evaluate: also report accuracy per group, the "
                       "weakest first: speaker (the file name before _nohash_) or a column of the "
                       "CSV manifest's header (e.g. path,label,split,speaker).",
                       flag_values=flag_values)
-  flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
-                      "(default <model_dir>/export).", flag_values=flag_values)
   flags.DEFINE_string("saved_model", None, "audioclf evaluate: evaluate this exported "
                       "SavedModel instead of --model_dir (its params.json, or the flags, "
                       "say where the data is).", flag_values=flag_values)
+  flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
+                      "(default <model_dir or saved_model>/eval_<split>).",
+                      flag_values=flag_values)
+
+
+def _define_export_flags(flag_values: flags.FlagValues) -> None:
+  """audioclf export's own flags: where, in which format, and TFLite's quantization."""
+  flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
+                      "(default <model_dir>/export).", flag_values=flag_values)
   flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf export "
                     "writes: a SavedModel, or TensorFlow Lite models (default "
                     "<model_dir>/tflite) checked against the Keras model.",
@@ -76,6 +91,10 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                           flag_values=flag_values)
   flags.DEFINE_integer("calibration_clips", 300, "--format=tflite: training clips int8 "
                        "quantization calibrates on.", flag_values=flag_values)
+
+
+def _define_predict_flags(flag_values: flags.FlagValues) -> None:
+  """audioclf predict's own flags: long files' segments, and what it writes besides."""
   flags.DEFINE_float("hop_seconds", None, "audioclf predict, files longer than a clip: the "
                      "step between sliding windows (default half a clip; 0.1 places word "
                      "onsets within 0.25 s).", flag_values=flag_values)
@@ -91,10 +110,13 @@ def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                       "probability per file of at most a clip to this .npz (what "
                       "audioclf migrate --report compares across stacks).",
                       flag_values=flag_values)
-  flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
-                      "(default <model_dir or saved_model>/eval_<split>).",
-                      flag_values=flag_values)
-  # Command flags that no Params field holds: checked when they are parsed.
+
+
+def _register_model_dir_validators(flag_values: flags.FlagValues) -> None:
+  """The rules of the command flags that no Params field holds: checked when they are parsed.
+
+  In one list, as absl reports the broken ones in the order they were registered.
+  """
   for name, ok, rule in (("threshold", lambda v: 0 < v <= 1, "in (0, 1]"),
                          ("hop_seconds", lambda v: v is None or v > 0, "positive"),
                          ("calibration_clips", lambda v: v > 0, "positive"),

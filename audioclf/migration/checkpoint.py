@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -76,37 +76,18 @@ class LegacyCheckpoint:
         saying what it holds instead).
     """
     reader = tf.train.load_checkpoint(path)
-    names = [name for name in reader.get_variable_to_shape_map() if name.endswith(VALUE_SUFFIX)]
-    if compat.checkpoint_keras_major(names) != 2:
+    keys = [name[:-len(VALUE_SUFFIX)] for name in reader.get_variable_to_shape_map()
+            if name.endswith(VALUE_SUFFIX)]
+    if compat.checkpoint_keras_major(keys) != 2:
       raise MigrationError(f"{path!r} {what_it_holds(reader)}, not a Keras 2 model's (no "
                            f"{LAYER_PREFIX}<i> keys): nothing maps it to a Keras 3 model")
     try:
       step = model_dir_lib.checkpoint_step(path)
     except model_dir_lib.ModelDirError as e:
       raise MigrationError(str(e)) from e
-    layers: dict[int, dict[str, np.ndarray]] = {}
-    per_weight: dict[tuple[int, str], dict[str, np.ndarray]] = {}
-    ordered: dict[int, np.ndarray] = {}
-    unknown, slot_names, hyperparameters = [], set(), {}
-    for name in names:
-      key = name[:-len(VALUE_SUFFIX)]
-      if key.startswith(LAYER_PREFIX):
-        layer, _, rest = key[len(LAYER_PREFIX):].partition("/")
-        weight, _, slot = rest.partition(SLOT_MARK)
-        if not slot:
-          layers.setdefault(int(layer), {})[weight] = reader.get_tensor(name)
-        elif slot in PER_WEIGHT_SLOTS:
-          slot_names.add(slot)
-          per_weight.setdefault((int(layer), weight), {})[PER_WEIGHT_SLOTS[slot]] = (
-              reader.get_tensor(name))
-        else:
-          unknown.append(slot)
-      elif key.startswith(KERAS2_OPTIMIZER_VARIABLES):
-        ordered[int(key[len(KERAS2_OPTIMIZER_VARIABLES):])] = reader.get_tensor(name)
-      elif key.startswith(OPTIMIZER_PREFIX) and "/" not in key[len(OPTIMIZER_PREFIX):]:
-        value = reader.get_tensor(name)
-        if np.ndim(value) == 0 and key not in ("optimizer/iter", "optimizer/_iterations"):
-          hyperparameters[key[len(OPTIMIZER_PREFIX):]] = float(value)
+    layers = _layer_weights(reader, keys)
+    per_weight, slot_names, unknown = _per_weight_slots(reader, keys)
+    ordered = _ordered_slots(reader, keys)
     if sorted(layers) != list(range(len(layers))):
       raise MigrationError(f"{path!r} lacks some {LAYER_PREFIX}<i> of 0..{max(layers)}")
     full_names = _graph_full_names(reader)
@@ -114,10 +95,65 @@ class LegacyCheckpoint:
                slots="per_weight" if per_weight else "ordered" if ordered else None,
                per_weight=per_weight, ordered=[ordered[i] for i in sorted(ordered)],
                unknown_slots=sorted(set(unknown)), slot_names=sorted(slot_names),
-               hyperparameters=hyperparameters,
+               hyperparameters=_hyperparameters(reader, keys),
                graph_names=[_layer_graph_name(full_names, i, layers[i])
                             for i in range(len(layers))],
                optimizer_class=_optimizer_graph_name(full_names))
+
+
+def _layer_keys(keys: list[str]) -> Iterator[tuple[str, int, str, str]]:
+  """(key, layer, weight, slot) of each layer's key: slot "" for a weight's own value."""
+  for key in keys:
+    if key.startswith(LAYER_PREFIX):
+      layer, _, rest = key[len(LAYER_PREFIX):].partition("/")
+      weight, _, slot = rest.partition(SLOT_MARK)
+      yield key, int(layer), weight, slot
+
+
+def _layer_weights(reader, keys: list[str]) -> dict[int, dict[str, np.ndarray]]:
+  """Layer number -> {weight name: value}."""
+  layers: dict[int, dict[str, np.ndarray]] = {}
+  for key, layer, weight, slot in _layer_keys(keys):
+    if not slot:
+      layers.setdefault(layer, {})[weight] = reader.get_tensor(key + VALUE_SUFFIX)
+  return layers
+
+
+def _per_weight_slots(reader, keys: list[str]
+                      ) -> tuple[dict[tuple[int, str], dict[str, np.ndarray]], set[str], list[str]]:
+  """The slots saved per weight (Keras 2's legacy optimizers'), as LegacyCheckpoint.per_weight.
+
+  Returns:
+    (per_weight, the legacy names of the slots it holds, the legacy names of
+    those PER_WEIGHT_SLOTS cannot map).
+  """
+  per_weight: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+  slot_names, unknown = set(), []
+  for key, layer, weight, slot in _layer_keys(keys):
+    if slot in PER_WEIGHT_SLOTS:
+      slot_names.add(slot)
+      per_weight.setdefault((layer, weight), {})[PER_WEIGHT_SLOTS[slot]] = (
+          reader.get_tensor(key + VALUE_SUFFIX))
+    elif slot:
+      unknown.append(slot)
+  return per_weight, slot_names, unknown
+
+
+def _ordered_slots(reader, keys: list[str]) -> dict[int, np.ndarray]:
+  """Keras 2's optimizers' slots: their position in optimizer._variables -> value."""
+  return {int(key[len(KERAS2_OPTIMIZER_VARIABLES):]): reader.get_tensor(key + VALUE_SUFFIX)
+          for key in keys if key.startswith(KERAS2_OPTIMIZER_VARIABLES)}
+
+
+def _hyperparameters(reader, keys: list[str]) -> dict[str, float]:
+  """The legacy optimizer's saved scalars (optimizer/<name>), its step left out."""
+  hyperparameters = {}
+  for key in keys:
+    if key.startswith(OPTIMIZER_PREFIX) and "/" not in key[len(OPTIMIZER_PREFIX):]:
+      value = reader.get_tensor(key + VALUE_SUFFIX)
+      if np.ndim(value) == 0 and key not in ("optimizer/iter", "optimizer/_iterations"):
+        hyperparameters[key[len(OPTIMIZER_PREFIX):]] = float(value)
+  return hyperparameters
 
 
 def _graph_full_names(reader) -> dict[str, str]:

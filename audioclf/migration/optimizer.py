@@ -17,6 +17,7 @@ ORDERED_SLOTS = {"adam": ("momentum", "velocity"), "rmsprop": ("velocity",), "sg
 # Slots Keras 2 keeps whose value the next step never reads where Keras 3 makes
 # none: SGD without momentum stores its last step in m, and multiplies it by 0.
 UNREAD_SLOTS = {("sgd", "momentum")}
+_SlotValues = dict[tuple[str, str], np.ndarray]  # (Keras 3 name, slot) -> value.
 
 
 def assign_optimizer_state(model, legacy: LegacyCheckpoint, names: dict[int, tuple[int, str]],
@@ -45,31 +46,53 @@ def assign_optimizer_state(model, legacy: LegacyCheckpoint, names: dict[int, tup
   optimizer.iterations.assign(legacy.step)
   if not slots:
     return [f"the optimizer's slots ({why_fresh})"]
-  # Keras 3 names a slot `<weight path with _ for />_<slot>` (add_variable_from_reference).
+  # Keyed by their names, as _slot_name spells them.
   slot_vars = {v.name: v for v in optimizer.variables
                if v is not optimizer.iterations and v.name != "learning_rate"}
-  values: dict[tuple[str, str], np.ndarray] = {}  # (Keras 3 name, slot) -> value.
-  missing = []
-  if legacy.slots == "per_weight":
-    for variable in model.trainable_variables:
-      for slot, value in legacy.per_weight.get(names.get(id(variable)), {}).items():
-        values[(f"{variable.path.replace('/', '_')}_{slot}", slot)] = value
-  elif legacy.slots == "ordered":
-    layout = ORDERED_SLOTS.get(optimizer_name)
-    n = len(model.trainable_variables)
-    if layout is None or len(legacy.ordered) != n * len(layout):
-      missing.append(f"the Keras 2 {optimizer_name} optimizer's {len(legacy.ordered)} "
-                     f"state variables do not fit {n} trainable weights")
-    else:
-      # Adam's build makes m and v weight by weight (interleaved); a single
-      # slot (RMSprop's velocity) is one per weight either way.
-      for j, variable in enumerate(model.trainable_variables):
-        for k, slot in enumerate(layout):
-          values[(f"{variable.path.replace('/', '_')}_{slot}", slot)] = (
-              legacy.ordered[j * len(layout) + k])
+  values, missing = _legacy_slot_values(model, legacy, names, optimizer_name)
   if legacy.unknown_slots:
     missing.append(f"legacy slots {legacy.unknown_slots} have no Keras 3 {optimizer_name} "
                    "counterpart")
+  missing += _assign_slots(slot_vars, values, optimizer_name, legacy.path)
+  fresh = sorted(set(slot_vars) - {name for name, _ in values})
+  if fresh and not missing:
+    missing.append(f"{len(fresh)} of Keras 3's {len(slot_vars)} {optimizer_name} state "
+                   f"variables have no value in the checkpoint (e.g. {fresh[0]}); they start fresh")
+  return missing
+
+
+def _slot_name(variable, slot: str) -> str:
+  """How add_variable_from_reference names a weight's slot: `<weight path, _ for />_<slot>`."""
+  return f"{variable.path.replace('/', '_')}_{slot}"
+
+
+def _legacy_slot_values(model, legacy: LegacyCheckpoint, names: dict[int, tuple[int, str]],
+                        optimizer_name: str) -> tuple[_SlotValues, list[str]]:
+  """The legacy slots' values by (Keras 3 name, slot); why there are none, where they do not fit."""
+  variables = model.trainable_variables
+  if legacy.slots == "per_weight":
+    return {(_slot_name(variable, slot), slot): value for variable in variables
+            for slot, value in legacy.per_weight.get(names.get(id(variable)), {}).items()}, []
+  if legacy.slots != "ordered":
+    return {}, []
+  layout = ORDERED_SLOTS.get(optimizer_name)
+  if layout is None or len(legacy.ordered) != len(variables) * len(layout):
+    return {}, [f"the Keras 2 {optimizer_name} optimizer's {len(legacy.ordered)} "
+                f"state variables do not fit {len(variables)} trainable weights"]
+  # Adam's build makes m and v weight by weight (interleaved); a single slot
+  # (RMSprop's velocity) is one per weight either way.
+  return {(_slot_name(variable, slot), slot): legacy.ordered[j * len(layout) + k]
+          for j, variable in enumerate(variables) for k, slot in enumerate(layout)}, []
+
+
+def _assign_slots(slot_vars: dict, values: _SlotValues, optimizer_name: str,
+                  path: str) -> list[str]:
+  """Assigns each value to its Keras 3 slot variable; returns a sentence for each that has none.
+
+  Raises:
+    MigrationError: a value whose shape differs from its slot's.
+  """
+  missing = []
   for (name, slot), value in values.items():
     variable = slot_vars.get(name)
     if variable is None and (optimizer_name, slot) in UNREAD_SLOTS:
@@ -77,14 +100,10 @@ def assign_optimizer_state(model, legacy: LegacyCheckpoint, names: dict[int, tup
     if variable is None:
       missing.append(f"the legacy slot for {name} has no place in Keras 3's {optimizer_name}")
     elif tuple(variable.shape) != value.shape:
-      raise MigrationError(f"{legacy.path!r}: optimizer slot {name} is {list(value.shape)}, the "
+      raise MigrationError(f"{path!r}: optimizer slot {name} is {list(value.shape)}, the "
                            f"model's {list(variable.shape)}: another architecture")
     else:
       variable.assign(value)
-  fresh = sorted(set(slot_vars) - {name for name, _ in values})
-  if fresh and not missing:
-    missing.append(f"{len(fresh)} of Keras 3's {len(slot_vars)} {optimizer_name} state "
-                   f"variables have no value in the checkpoint (e.g. {fresh[0]}); they start fresh")
   return missing
 
 

@@ -53,26 +53,16 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       trials in a row names the cause).
   """
   params.validate()
-  tune_dir = params.tune_dir or (params.model_dir and os.path.join(params.model_dir, "tune"))
-  if not tune_dir:
-    raise ParamError("--tune_dir: must be set, or --model_dir (for <model_dir>/tune): "
-                     "the search is kept there")
+  tune_dir = _tune_dir(params)
   start = time.perf_counter()
   decoded = fill_lib.decode_count()
   manifest = manifest_lib.load(params)
-  # Before the first trial: one shorter than an epoch would fill the cache only
-  # in part and leave the rest for later trials to decode.
-  filled = pipeline.fill_cache(params, manifest)
-  if filled:
-    logging.info("audioclf: decoded %d files into the cache before the first trial", filled)
+  _fill_cache(params, manifest)
   hypermodel = AudioHyperModel(params, manifest)
   tuner = make_tuner(params, hypermodel, tune_dir)
   _search(tuner, tune_dir, verbose)
   trials = read_trials(tune_dir)
-  completed = ranked(tuner.oracle.trials.values())
-  if not completed:
-    raise RuntimeError(f"no trial of {tune_dir} completed; see their messages in "
-                       f"{tuner.project_dir}/trial_*/trial.json")
+  completed = _completed_trials(tuner, tune_dir)
   best = completed[0]
   best_params = hypermodel.trial_params(best.hyperparameters)
   best_flags = _write_best_flags(best_params, best, params.tuner, len(trials), tune_dir)
@@ -95,6 +85,35 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       "best_model": best_model,
       "tensorboard": os.path.join(tune_dir, TENSORBOARD),
   }
+
+
+def _tune_dir(params: Params) -> str:
+  """Where the search is kept: --tune_dir, else <model_dir>/tune."""
+  tune_dir = params.tune_dir or (params.model_dir and os.path.join(params.model_dir, "tune"))
+  if not tune_dir:
+    raise ParamError("--tune_dir: must be set, or --model_dir (for <model_dir>/tune): "
+                     "the search is kept there")
+  return tune_dir
+
+
+def _fill_cache(params: Params, manifest: Manifest) -> None:
+  """Decodes every file into the cache before the first trial.
+
+  A trial shorter than an epoch would fill the cache only in part and leave
+  the rest for later trials to decode.
+  """
+  filled = pipeline.fill_cache(params, manifest)
+  if filled:
+    logging.info("audioclf: decoded %d files into the cache before the first trial", filled)
+
+
+def _completed_trials(tuner: kt.Tuner, tune_dir: str) -> list[kt.engine.trial.Trial]:
+  """The search's completed trials, best first; raises RuntimeError where none completed."""
+  completed = ranked(tuner.oracle.trials.values())
+  if not completed:
+    raise RuntimeError(f"no trial of {tune_dir} completed; see their messages in "
+                       f"{tuner.project_dir}/trial_*/trial.json")
+  return completed
 
 
 def _search(tuner: kt.Tuner, tune_dir: str, verbose: int) -> None:
