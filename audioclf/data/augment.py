@@ -7,7 +7,7 @@ run once per batch, after the cache: no decoding, no Python per example.
 
   resample      speed perturbation (tempo and pitch together), band-limited
   stretch       tempo without pitch: a phase vocoder on tf.signal.stft
-  reverberate   convolution with impulse responses, by FFT
+  reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
   synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir)
   gain, mixup
 """
@@ -168,30 +168,40 @@ def _rms(waves: tf.Tensor) -> tf.Tensor:
 
 
 def fft_size(n: int) -> int:
-  """The smallest length >= n with no prime factor above 5, which FFTs handle fastest."""
-  best = _next_pow2(n)
+  """The smallest even length >= n with no prime factor above 5, which FFTs handle fastest.
+
+  Even, so a spectrum's length says the transform's (`reverberate`).
+  """
+  best = 2 * _next_pow2(-(-n // 2))
   fives = 1
   while fives < best:
     threes = fives
     while threes < best:
-      best = min(best, threes * _next_pow2(-(-n // threes)))
+      best = min(best, threes * 2 * _next_pow2(-(-n // (2 * threes))))
       threes *= 3
     fives *= 5
   return best
 
 
-def reverberate(waves: tf.Tensor, rirs: tf.Tensor) -> tf.Tensor:
-  """Each example convolved with its impulse response ([batch, taps], direct path first).
+def response_spectra(rirs: tf.Tensor, n: int) -> tf.Tensor:
+  """The spectra `reverberate` convolves clips of `n` samples with: of impulse responses [count, taps].
+
+  Computed once for a bank of responses (the sampler's), not per batch: an
+  FFT per response saved on every example reverberated.
+  """
+  return tf.signal.rfft(rirs, [fft_size(n + rirs.shape[-1] - 1)])
+
+
+def reverberate(waves: tf.Tensor, spectra: tf.Tensor) -> tf.Tensor:
+  """Each example convolved with its impulse response, given as its spectrum (`response_spectra`).
 
   Linear convolution by FFT (rfft, product, irfft over at least samples +
   taps - 1, so nothing wraps), cut to the clip and brought back to the
   clip's level: reverberation changes the sound, not how loud it is, and the
   noise mixed in next keeps its signal-to-noise ratio.
   """
-  n, taps = waves.shape[-1], rirs.shape[-1]
-  size = fft_size(n + taps - 1)
-  wet = tf.signal.irfft(tf.signal.rfft(waves, [size]) * tf.signal.rfft(rirs, [size]),
-                        [size])[:, :n]
+  n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
+  wet = tf.signal.irfft(tf.signal.rfft(waves, [size]) * spectra, [size])[:, :n]
   return wet * (_rms(waves) / tf.maximum(_rms(wet), 1e-9))
 
 

@@ -40,6 +40,10 @@ from audioclf.data import store as store_lib
 from audioclf.params import Params
 
 _AUGMENT = 5  # The key stream of the augmentations' draws, each a sub-stream of its own.
+_RESPONSES = 6  # The key stream of the synthetic impulse responses, drawn once.
+# Synthetic impulse responses in the bank: as many as a recorded set might
+# hold, their spectra 115 KB each for 1 s clips at 16 kHz (15 MB in all).
+SYNTHETIC_RESPONSES = 128
 
 
 def center_start(length, n: int):
@@ -141,6 +145,7 @@ class Sampler:
     self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
     self.semitones, self.vocoder_prob = params.pitch_shift_semitones, params.pitch_tempo_prob
     self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
+    self._spectra = None  # The impulse responses' spectra, made at first use (`_responses`).
     self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
     self.num_classes = num_classes
     if self.mixup_alpha and not num_classes:
@@ -321,29 +326,51 @@ class Sampler:
                    lambda: waves)
 
   def _reverb(self, waves, k):
-    """With chance reverb_prob, an example convolved with an impulse response (recorded or drawn).
+    """With chance reverb_prob, an example convolved with an impulse response of the bank.
 
     Only the chosen examples are convolved (the FFTs are most of the cost).
-    A synthetic response's tail is uniform noise of unit variance: a third of
-    the time of Gaussian noise, and as diffuse once it is convolved.
     """
     if not self.reverb_prob:
       return waves
-    pick, which, rt60 = self._draws(1, k, 3, tf.shape(waves)[:1])
+    pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
     chosen = tf.where(pick < self.reverb_prob)[:, 0]
-    which, rt60 = tf.gather(which, chosen), tf.gather(rt60, chosen)
-    if self.rirs is not None:
-      rirs = self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
-    else:
-      taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
-      noise = tf.random.stateless_uniform(tf.stack([tf.size(chosen), taps]),
-                                          self._key(_AUGMENT, k, 2), -3.0 ** 0.5, 3.0 ** 0.5)
-      rirs = augment_lib.synthetic_rirs(tf.ensure_shape(noise, [None, taps]),
-                                        _between(self.rt60, rt60), self.sample_rate)
+    spectra = self._responses()
+    count = tf.shape(spectra, out_type=tf.int64)[0]
+    which = tf.minimum(tf.cast(tf.gather(which, chosen) * tf.cast(count, tf.float32), tf.int64),
+                       count - 1)
     # None chosen: the batch as it is (RFFT refuses an empty batch it has to pad).
     return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
-        waves, chosen[:, None], augment_lib.reverberate(tf.gather(waves, chosen), rirs)),
+        waves, chosen[:, None], augment_lib.reverberate(tf.gather(waves, chosen),
+                                                        tf.gather(spectra, which))),
                    lambda: waves)
+
+  def _responses(self) -> tf.Tensor:
+    """The bank's spectra (augment.response_spectra), made once, outside any batch's graph.
+
+    Recorded responses (`rirs`) from their direct path on, each at most a
+    clip long; else SYNTHETIC_RESPONSES drawn from the seed, their RT60s
+    spread evenly over reverb_rt60 and each tail uniform noise of unit
+    variance (a third of the time of Gaussian noise, and as diffuse once it
+    is convolved). init_scope lifts the work out of the tf.data function
+    that first asks: it runs once, eagerly (or in the caller's graph).
+    """
+    if self._spectra is None:
+      with tf.init_scope():
+        self._spectra = augment_lib.response_spectra(self._bank(), self.clip_samples)
+    return self._spectra
+
+  def _bank(self) -> tf.Tensor:
+    if self.rirs is not None:
+      count = self.rirs.count
+      which = (tf.range(count, dtype=tf.float32) + 0.5) / count
+      return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
+    taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
+    count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
+    key = tf.constant([self.seed * 8 + _RESPONSES, 0], tf.int64)  # One bank for every shard.
+    spread = tf.random.stateless_uniform([count], key)
+    noise = tf.random.stateless_uniform([count, taps], key + [0, 1], -root3, root3)
+    rt60 = _between(self.rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
+    return augment_lib.synthetic_rirs(noise, rt60, self.sample_rate)
 
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):
