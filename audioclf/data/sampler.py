@@ -310,20 +310,11 @@ class Sampler:
     if self._vocoder_on():
       chosen = pick < self.vocoder_prob
       pitch = tf.where(chosen, pitch, 1.0)
-      waves = self._stretch(waves, tf.where(chosen)[:, 0], _between(self.tempo, tempo) / pitch)
+      waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
+                                  augment_lib.vocoder_frame(self.sample_rate), chosen)
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
       return waves
     return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
-
-  def _stretch(self, waves, chosen, rates):
-    """The `chosen` examples of the batch stretched by their `rates` (augment.stretch)."""
-    frame = augment_lib.vocoder_frame(self.sample_rate)
-    if self.vocoder_prob >= 1.0:
-      return augment_lib.stretch(waves, rates, frame)
-    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
-        waves, chosen[:, None], augment_lib.stretch(tf.gather(waves, chosen),
-                                                    tf.gather(rates, chosen), frame)),
-                   lambda: waves)
 
   def _reverb(self, waves, k):
     """With chance reverb_prob, an example convolved with an impulse response of the bank.
@@ -333,16 +324,10 @@ class Sampler:
     if not self.reverb_prob:
       return waves
     pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
-    chosen = tf.where(pick < self.reverb_prob)[:, 0]
     spectra = self._responses()
-    count = tf.shape(spectra, out_type=tf.int64)[0]
-    which = tf.minimum(tf.cast(tf.gather(which, chosen) * tf.cast(count, tf.float32), tf.int64),
-                       count - 1)
-    # None chosen: the batch as it is (RFFT refuses an empty batch it has to pad).
-    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
-        waves, chosen[:, None], augment_lib.reverberate(tf.gather(waves, chosen),
-                                                        tf.gather(spectra, which))),
-                   lambda: waves)
+    count = spectra.shape[0]
+    which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
+    return augment_lib.reverberate(waves, spectra, which, pick < self.reverb_prob)
 
   def _responses(self) -> tf.Tensor:
     """The bank's spectra (augment.response_spectra), made once, outside any batch's graph.
