@@ -62,6 +62,14 @@ def test_speeding_up_removes_what_would_fold_over_nyquist():
   out = augment.resample(waves, tf.constant([1.0, 1.1])).numpy()
   rms = np.sqrt(np.mean(out ** 2, axis=-1))
   assert rms[0] > 0.3 and rms[1] < 0.01  # 8250 Hz does not exist at 16 kHz: gone, not aliased.
+  # The vocoder's examples are band-limited on its own spectra: 3 semitones up, 7500 Hz is
+  # gone, 6000 Hz is 7135 Hz (at half its level: linear interpolation so near Nyquist).
+  waves = np.stack([_tone(7500.0), _tone(6000.0)])
+  out, _ = _sampler(batch_size=2, pitch_shift_semitones=(3.0, 3.0)).augment(
+      tf.constant(waves), tf.zeros([2], tf.int32), 0)
+  rms = np.sqrt(np.mean(out.numpy() ** 2, axis=-1))
+  assert rms[0] < 0.01 and rms[1] > 0.15, rms
+  np.testing.assert_allclose(_peak_hz(out.numpy()[1:]), 6000 * 2 ** (3 / 12), atol=3)
 
 
 def test_tempo_stretch_keeps_the_pitch_and_scales_the_duration():

@@ -77,17 +77,23 @@ def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
 
 
 @compat_xla.compiled
-def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
+def resample(waves: tf.Tensor, factors: tf.Tensor,
+             band_limited: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example played `factors` times as fast ([batch] > 0), about the clip's centre.
 
   Output sample i reads the input at c + (i - c) * factor (c the centre),
   linearly interpolated (`_read_at`), zeros past either end; so tempo and
   pitch both move by the factor, as Kaldi's speed perturbation and
-  kws_streaming's resampling do, and the clip keeps its length. Speeding up first removes what would
-  fold over Nyquist (`low_pass`), as a real resampler does.
+  kws_streaming's resampling do, and the clip keeps its length. Speeding up
+  first removes what would fold over Nyquist (`low_pass`), as a real
+  resampler does, but for the `band_limited` examples (bool [batch]), which
+  have nothing there already (`stretch`'s cutoff).
   """
   factors = tf.cast(factors, tf.float32)
-  waves = _on_rows(lambda rows, f: low_pass(rows, 1.0 / f), waves, factors > 1.0, factors)
+  faster = factors > 1.0
+  if band_limited is not None:
+    faster &= tf.logical_not(band_limited)
+  waves = _on_rows(lambda rows, f: low_pass(rows, 1.0 / f), waves, faster, factors)
   return _read_at(waves, factors)
 
 
@@ -129,7 +135,7 @@ def vocoder_frame(sample_rate: int) -> int:
 
 
 def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
-            chosen: Optional[tf.Tensor] = None) -> tf.Tensor:
+            chosen: Optional[tf.Tensor] = None, cutoff: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example's tempo times `rates` ([batch] > 0), its pitch kept: a phase vocoder.
 
   The short-time spectrum (Hann frames, hop half a frame) is read at
@@ -140,19 +146,25 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
   keeps its length: zeros where the stretched clip ends early. Rate 1 gives
   the clip back (to float rounding). Only the `chosen` examples (bool
   [batch]; all by default) are stretched: its cost is the STFT and its
-  inverse of each (tools/bench_input.py --augment_each measures it).
+  inverse of each (tools/bench_input.py --augment_each measures it). With
+  `cutoff` ([batch], a fraction of Nyquist, as `low_pass`'s), the frequencies
+  above it are left out of the output frames: the low-pass of a resampling
+  that follows, without an FFT of its own.
   """
-  if chosen is None:
-    chosen = tf.ones(tf.shape(waves)[:1], tf.bool)
-  return _stretch_rows(waves, chosen, tf.cast(rates, tf.float32), frame_length)
+  batch = tf.shape(waves)[:1]
+  chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
+  cutoff = tf.ones(batch) if cutoff is None else tf.cast(cutoff, tf.float32)
+  return _stretch_rows(waves, chosen, tf.cast(rates, tf.float32), cutoff, frame_length)
 
 
 @compat_xla.compiled
-def _stretch_rows(waves, chosen, rates, frame_length: int):
-  return _on_rows(lambda rows, r: _stretch(rows, r, frame_length), waves, chosen, rates)
+def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
+  return _on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
+                  cutoff)
 
 
-def _stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
+def _stretch(waves: tf.Tensor, rates: tf.Tensor, cutoff: tf.Tensor,
+             frame_length: int) -> tf.Tensor:
   n = waves.shape[-1]
   hop = frame_length // 2
   # Zeros around the clip: its first and last samples get the full overlap of windows.
@@ -168,7 +180,9 @@ def _stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor
   magnitude = tf.sqrt(real * real + imag * imag)
   low = tf.gather(magnitude, before, axis=1, batch_dims=1)
   high = tf.gather(magnitude, before + 1, axis=1, batch_dims=1)
-  out_magnitude = (low + fraction * (high - low)) * inside[..., None]
+  bins = tf.range(hop + 1, dtype=tf.float32) / hop
+  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[:, None, :]
+  out_magnitude = (low + fraction * (high - low)) * kept
   cos, sin = _output_phases(real, imag, magnitude, before)
   out = _overlap_add_halves(tf.signal.irfft(
       tf.complex(out_magnitude * cos, out_magnitude * sin),
