@@ -9,7 +9,9 @@ run once per batch, after the cache: no decoding, no Python per example.
   stretch       tempo without pitch: a phase vocoder on tf.signal.stft
   reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
   synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir)
+  noise_level   the gain of background noise (its excerpts: audioclf.data.noise)
   gain, mixup
+  on_rows       a transformation of the chosen examples only
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _next_pow2(n: int) -> int:
 _CHUNK = 8
 
 
-def _on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
+def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
   """`waves` with its `chosen` rows (bool [batch]) replaced by fn(those rows, *their `values`).
 
   Only the chosen examples cost their FFTs, and none chosen costs none.
@@ -93,7 +95,7 @@ def resample(waves: tf.Tensor, factors: tf.Tensor,
   faster = factors > 1.0
   if band_limited is not None:
     faster &= tf.logical_not(band_limited)
-  waves = _on_rows(lambda rows, f: low_pass(rows, 1.0 / f), waves, faster, factors)
+  waves = on_rows(lambda rows, f: low_pass(rows, 1.0 / f), waves, faster, factors)
   return _read_at(waves, factors)
 
 
@@ -159,7 +161,7 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
 
 @compat_xla.compiled
 def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
-  return _on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
+  return on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
                   cutoff)
 
 
@@ -287,7 +289,7 @@ def _reverberate_rows(waves, chosen, spectra, which):
                           [size])[:, :n]
     return wet * (_rms(rows) / tf.maximum(_rms(wet), 1e-9))
 
-  return _on_rows(convolve, waves, chosen, which)
+  return on_rows(convolve, waves, chosen, which)
 
 
 def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) -> tf.Tensor:
@@ -306,16 +308,23 @@ def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) 
   return tail + tf.one_hot(tf.zeros(tf.shape(noise)[:1], tf.int32), taps)
 
 
+def noise_level(waves: tf.Tensor, absolute: tf.Tensor, relative: tf.Tensor) -> tf.Tensor:
+  """The gain of each example's noise ([batch]): absolute + relative x the example's RMS."""
+  return absolute + relative * tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
+
+
 def gain(waves: tf.Tensor, db: tf.Tensor) -> tf.Tensor:
   """Each example scaled by its gain in dB ([batch])."""
   return waves * tf.pow(10.0, tf.cast(db, tf.float32) / 20.0)[:, None]
 
 
+@compat_xla.compiled
 def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.Tensor):
   """Each example and its (soft) label mixed with those of `partners`, in proportion `weights`.
 
   Zhang et al. 2018: x = w x_i + (1 - w) x_j and y = w y_i + (1 - w) y_j,
   with `partners` [batch] (j for each i) and `weights` [batch] in [0, 1].
+  Under XLA, one pass over the batch (the partners' rows are not copied first).
   """
   weights = tf.cast(weights, tf.float32)[:, None]
   mix = lambda x: weights * x + (1.0 - weights) * tf.gather(x, partners)  # noqa: E731

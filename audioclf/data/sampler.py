@@ -247,21 +247,16 @@ class Sampler:
     chosen = (silence | (pick < self.noise_prob)) if training else silence
     low, high = self.snr_db
     snr_db = tf.cast(low + level * (high - low), tf.float32)
-    rms = tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
-    if self.recordings is None:
-      noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
-      scale = tf.where(silence, tf.cast(gain, tf.float32),
-                       rms / (WHITE_RMS * 10.0 ** (snr_db / 20.0)))
-      return waves + (scale * tf.cast(chosen, tf.float32))[:, None] * noise
-    # Excerpts for the chosen examples only (copying them is most of the cost), added in place.
-    rows = tf.where(chosen)[:, 0]
-    which = tf.gather(which, rows)
-    noise = self.recordings.excerpts(which, tf.gather(where, rows), self.clip_samples)
     # The level of the recording, not of the excerpt: a quiet passage stays quiet.
-    noise_rms = self.recordings.rms(which)
-    scale = tf.where(tf.gather(silence, rows), tf.cast(tf.gather(gain, rows), tf.float32),
-                     tf.gather(rms, rows) / (noise_rms * 10.0 ** (tf.gather(snr_db, rows) / 20.0)))
-    return tf.tensor_scatter_nd_add(waves, rows[:, None], scale[:, None] * noise)
+    noise_rms = WHITE_RMS if self.recordings is None else self.recordings.rms(which)
+    # A _silence_ clip's noise at its gain; any other's at its SNR against the example's RMS.
+    absolute = tf.where(silence, tf.cast(gain, tf.float32), 0.0)
+    relative = tf.where(silence, 0.0, 1.0 / (noise_rms * 10.0 ** (snr_db / 20.0)))
+    if self.recordings is not None:
+      return self.recordings.add_to(waves, chosen, which, where, absolute, relative)
+    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
+    level = augment_lib.noise_level(waves, absolute, relative) * tf.cast(chosen, tf.float32)
+    return waves + level[:, None] * noise
 
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
     """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
