@@ -177,6 +177,17 @@ def test_mixup_mixes_examples_and_their_labels_alike():
   np.testing.assert_array_equal(eval_labels, np.arange(8))
 
 
+@pytest.mark.parametrize("count", [0, 3, 8, 13])
+def test_on_rows_transforms_the_chosen_rows_only(count):
+  waves = tf.constant(np.arange(20 * 4, dtype=np.float32).reshape(20, 4))
+  chosen = np.zeros(20, bool)
+  chosen[np.random.default_rng(count).choice(20, count, replace=False)] = True
+  step = tf.range(20, dtype=tf.float32)
+  transform = lambda w, c, s: augment.on_rows(lambda rows, s: rows + s[:, None], w, c, s)  # noqa: E731
+  for got in (transform(waves, chosen, step), _in_tf_data(transform, waves, chosen, step)):
+    np.testing.assert_array_equal(got, waves.numpy() + np.where(chosen, np.arange(20), 0)[:, None])
+
+
 def test_what_is_off_adds_nothing():
   sampler = _sampler()
   assert not sampler.augments(True)

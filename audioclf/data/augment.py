@@ -198,7 +198,7 @@ def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]
   Output frame t + 1 advances on frame t by the input's advance from frame
   before[t] to before[t] + 1. Under XLA (the current stack), as a running
   product of unit phasors, frame by frame: XLA's atan2, cos and sin are
-  scalar calls, 5x the time of the whole product. Elsewhere, as angles
+  scalar calls, which made the whole stretch 4-5x slower. Elsewhere, as angles
   (atan2; a tenth of tf.math.angle's time on a complex tensor), summed by one
   matmul with a strictly lower triangle of ones (2-3x faster than tf.cumsum
   along the frame axis).
