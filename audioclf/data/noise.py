@@ -107,7 +107,7 @@ class Recordings:
     `which` and `where` are uniform in [0, 1): `where` places the excerpt
     anywhere in its recording; a recording shorter than `n` is zero-padded.
     """
-    return _samples(self.source, self.scale, *self._places(which, where, n), n)
+    return _samples(self.source, self.scale, *self._places(which, where, n), n, gather=False)
 
   def add_to(self, waves: tf.Tensor, chosen: tf.Tensor, which: tf.Tensor, where: tf.Tensor,
              absolute: tf.Tensor, relative: tf.Tensor) -> tf.Tensor:
@@ -136,15 +136,16 @@ def _add_excerpts(waves, chosen, source, scale: Optional[float], offset, length,
 
   def add(rows, offset, length, start, absolute, relative):
     return rows + augment.noise_level(rows, absolute, relative)[:, None] * _samples(
-        source, scale, offset, length, start, n)
+        source, scale, offset, length, start, n, gather=compat_xla.XLA)
 
   return augment.on_rows(add, waves, chosen, offset, length, start, absolute, relative)
 
 
-def _samples(source, scale: Optional[float], offset, length, start, n: int) -> tf.Tensor:
+def _samples(source, scale: Optional[float], offset, length, start, n: int,
+             gather: bool) -> tf.Tensor:
   """float32 [len(offset), n]: samples [start, start + n) of each recording, zero past its end."""
-  if compat_xla.XLA:
-    # One gather, which XLA makes a loop of copies.
+  if gather:
+    # One gather over excerpts x n indices, which XLA makes a loop of copies.
     at = start[:, None] + tf.range(n, dtype=tf.int64)[None, :]
     samples = tf.where(at < length[:, None], tf.gather(
         source, offset[:, None] + tf.minimum(at, length[:, None] - 1)), tf.zeros([], source.dtype))

@@ -302,15 +302,14 @@ class Sampler:
       return waves
     speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
-    chosen = pick < self.vocoder_prob if self._vocoder_on() else None
-    if chosen is not None:
-      pitch = tf.where(chosen, pitch, 1.0)
+    if not self._vocoder_on():
+      return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
+    chosen = pick < self.vocoder_prob
+    pitch = tf.where(chosen, pitch, 1.0)
     factors = _between(self.speed, speed) * pitch
-    if chosen is not None:
-      # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
-      waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
-                                  augment_lib.vocoder_frame(self.sample_rate), chosen,
-                                  1.0 / factors)
+    # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
+    waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
+                                augment_lib.vocoder_frame(self.sample_rate), chosen, 1.0 / factors)
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
       return waves
     return augment_lib.resample(waves, factors, chosen)
