@@ -248,19 +248,19 @@ class Params:
       Rule(gt=0, le=4, size=2, why="min,max factors; 1 keeps the tempo"), data=True)
   pitch_tempo_prob: float = _field(
       1.0, "Training, with --pitch_shift_semitones or --tempo_perturb: chance that an example "
-      "goes through the phase vocoder (about 1 ms of CPU per second of audio: the costliest "
+      "goes through the phase vocoder (an STFT and its inverse per example: the costliest "
       "augmentation; the others take its factors as 1).", Rule(ge=0, le=1), data=True)
   reverb_prob: float = _field(
       0.0, "Training: chance of convolving an example with a room impulse response (--rir_dir, "
-      "else a synthetic one of a drawn --reverb_rt60).", Rule(ge=0, le=1), data=True)
+      "else one of a bank of synthetic ones, --reverb_rt60).", Rule(ge=0, le=1), data=True)
   rir_dir: Optional[str] = _field(
       None, "Folder of room impulse responses (any format soundfile reads), decoded once into "
       "the cache; unset: synthetic ones, exponentially decaying noise.", data=True)
   reverb_rt60: tuple[float, ...] = _field(
       (0.2, 0.8), "Training, synthetic impulse responses: reverberation time (60 dB decay) in "
-      "seconds: one value, or min,max of a uniform range. A direct path at equal energy "
-      "leads each tail.", Rule(gt=0, le=10, size=2, why="one time in seconds, or min,max"),
-      data=True)
+      "seconds: one value, or min,max, spread evenly over a bank of responses drawn once "
+      "from --seed. A direct path at equal energy leads each tail.",
+      Rule(gt=0, le=10, size=2, why="one time in seconds, or min,max"), data=True)
   gain_db: tuple[float, ...] = _field(
       (0.0, 0.0), "Training: scale each example by a gain in dB drawn from min,max (after the "
       "noise, so its SNR holds). 0,0 is off.", Rule(ge=-60, le=60, size=2, why="min,max in dB"),

@@ -62,6 +62,14 @@ def test_speeding_up_removes_what_would_fold_over_nyquist():
   out = augment.resample(waves, tf.constant([1.0, 1.1])).numpy()
   rms = np.sqrt(np.mean(out ** 2, axis=-1))
   assert rms[0] > 0.3 and rms[1] < 0.01  # 8250 Hz does not exist at 16 kHz: gone, not aliased.
+  # The vocoder's examples are band-limited on its own spectra: 3 semitones up, 7500 Hz is
+  # gone, 6000 Hz is 7135 Hz (at half its level: linear interpolation so near Nyquist).
+  waves = np.stack([_tone(7500.0), _tone(6000.0)])
+  out, _ = _sampler(batch_size=2, pitch_shift_semitones=(3.0, 3.0)).augment(
+      tf.constant(waves), tf.zeros([2], tf.int32), 0)
+  rms = np.sqrt(np.mean(out.numpy() ** 2, axis=-1))
+  assert rms[0] < 0.01 and rms[1] > 0.15, rms
+  np.testing.assert_allclose(_peak_hz(out.numpy()[1:]), 6000 * 2 ** (3 / 12), atol=3)
 
 
 def test_tempo_stretch_keeps_the_pitch_and_scales_the_duration():
@@ -135,7 +143,7 @@ def test_reverberation_convolves_keeps_the_level_and_takes_its_chance():
   click[2000] = 1.0
   rir = np.zeros([1, 3000], np.float32)
   rir[0, [0, 800, 2500]] = [1.0, 0.5, -0.25]
-  out = augment.reverberate(click[None], rir).numpy()[0]
+  out = augment.reverberate(click[None], augment.response_spectra(rir, N)).numpy()[0]
   np.testing.assert_allclose(out[[2000, 2800, 4500]] / out[2000], [1.0, 0.5, -0.25], atol=1e-5)
   np.testing.assert_allclose(np.sqrt(np.mean(out ** 2)), np.sqrt(np.mean(click ** 2)), rtol=1e-4)
   waves = tf.constant(np.stack([_tone(500.0)] * 64))
@@ -167,6 +175,17 @@ def test_mixup_mixes_examples_and_their_labels_alike():
   eval_out, eval_labels = sampler.augment(waves, tf.range(8), 2, training=False)
   np.testing.assert_array_equal(eval_out, waves)  # Evaluation is never mixed.
   np.testing.assert_array_equal(eval_labels, np.arange(8))
+
+
+@pytest.mark.parametrize("count", [0, 3, 8, 13])
+def test_on_rows_transforms_the_chosen_rows_only(count):
+  waves = tf.constant(np.arange(20 * 4, dtype=np.float32).reshape(20, 4))
+  chosen = np.zeros(20, bool)
+  chosen[np.random.default_rng(count).choice(20, count, replace=False)] = True
+  step = tf.range(20, dtype=tf.float32)
+  transform = lambda w, c, s: augment.on_rows(lambda rows, s: rows + s[:, None], w, c, s)  # noqa: E731
+  for got in (transform(waves, chosen, step), _in_tf_data(transform, waves, chosen, step)):
+    np.testing.assert_array_equal(got, waves.numpy() + np.where(chosen, np.arange(20), 0)[:, None])
 
 
 def test_what_is_off_adds_nothing():

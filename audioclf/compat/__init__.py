@@ -15,6 +15,7 @@ runs on. By job:
   layers.py       BatchNormalization through TensorFlow's fused kernel on Keras 3
   checkpoints.py  which Keras wrote a checkpoint, where the global step is
   tflite.py       the TensorFlow Lite interpreter
+  xla.py          XLA-compiled functions on the current stack, plain ops on the legacy one
   private.py      every private TensorFlow, Keras or keras-tuner symbol audioclf touches,
                   each listed with why and tested by name (tests/test_compat.py)
 """

@@ -7,19 +7,22 @@ run once per batch, after the cache: no decoding, no Python per example.
 
   resample      speed perturbation (tempo and pitch together), band-limited
   stretch       tempo without pitch: a phase vocoder on tf.signal.stft
-  reverberate   convolution with impulse responses, by FFT
+  reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
   synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir)
+  noise_level   the gain of background noise (its excerpts: audioclf.data.noise)
   gain, mixup
+  on_rows       a transformation of the chosen examples only
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
-from audioclf.compat import stack as compat_stack
+from audioclf.compat import xla as compat_xla
 
 # 60 dB of decay is a factor 1000 in amplitude: exp(-ln(1000) t / RT60).
 _LN_1000 = math.log(1000.0)
@@ -27,6 +30,37 @@ _LN_1000 = math.log(1000.0)
 
 def _next_pow2(n: int) -> int:
   return 1 << max(0, (int(n) - 1).bit_length())
+
+
+# Rows an augmentation of chosen examples transforms at once: its shapes stay
+# static (one XLA compilation, whatever the number chosen), and few rows are
+# transformed twice.
+_CHUNK = 8
+
+
+def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
+  """`waves` with its `chosen` rows (bool [batch]) replaced by fn(those rows, *their `values`).
+
+  Only the chosen examples cost their FFTs, and none chosen costs none.
+  Under XLA, _CHUNK rows at a time, the last chunk filled up with repeats of
+  the last chosen row (the same bits, written twice); plain ops take them
+  all at once.
+  """
+  if not compat_xla.XLA:
+    rows = tf.where(chosen)[:, 0]
+    # None chosen: the batch as it is (RFFT refuses an empty batch it has to pad).
+    return tf.cond(tf.size(rows) > 0, lambda: tf.tensor_scatter_nd_update(
+        waves, rows[:, None], fn(tf.gather(waves, rows), *(tf.gather(v, rows) for v in values))),
+                   lambda: waves)
+  count = tf.reduce_sum(tf.cast(chosen, tf.int32))
+  order = tf.argsort(tf.cast(tf.logical_not(chosen), tf.int32), stable=True)  # Chosen first.
+
+  def chunk(start, out):
+    rows = tf.gather(order, tf.minimum(start + tf.range(_CHUNK), count - 1))
+    new = fn(tf.gather(waves, rows), *(tf.gather(v, rows) for v in values))
+    return start + _CHUNK, tf.tensor_scatter_nd_update(out, rows[:, None], new)
+
+  return tf.while_loop(lambda start, _: start < count, chunk, (tf.constant(0), waves))[1]
 
 
 def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
@@ -44,38 +78,48 @@ def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
   return tf.signal.irfft(spectrum * keep, [size])[:, :n]
 
 
-def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
+@compat_xla.compiled
+def resample(waves: tf.Tensor, factors: tf.Tensor,
+             band_limited: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example played `factors` times as fast ([batch] > 0), about the clip's centre.
 
   Output sample i reads the input at c + (i - c) * factor (c the centre),
   linearly interpolated (`_read_at`), zeros past either end; so tempo and
   pitch both move by the factor, as Kaldi's speed perturbation and
-  kws_streaming's resampling do, and the clip keeps its length. Speeding up first removes what would
-  fold over Nyquist (`low_pass`), as a real resampler does.
+  kws_streaming's resampling do, and the clip keeps its length. Speeding up
+  first removes what would fold over Nyquist (`low_pass`), as a real
+  resampler does, but for the `band_limited` examples (bool [batch]), which
+  have nothing there already (`stretch`'s cutoff).
   """
-  n = waves.shape[-1]
   factors = tf.cast(factors, tf.float32)
-  faster = tf.where(factors > 1.0)[:, 0]
-  waves = tf.cond(tf.size(faster) > 0, lambda: tf.tensor_scatter_nd_update(
-      waves, faster[:, None], low_pass(tf.gather(waves, faster), 1.0 / tf.gather(factors, faster))),
-                  lambda: waves)
+  faster = factors > 1.0
+  if band_limited is not None:
+    faster &= tf.logical_not(band_limited)
+  waves = on_rows(lambda rows, f: low_pass(rows, 1.0 / f), waves, faster, factors)
   return _read_at(waves, factors)
 
 
 def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
 
-  On the current stack, one loop over the batch compiled by XLA (eagerly and
-  inside tf.data alike): as separate TensorFlow ops, the dozen elementwise
-  steps over batch x samples cost several times more. The legacy stack's XLA
-  prints its compiler's notes on stderr at every first use, whatever
-  TF_CPP_MIN_LOG_LEVEL says; there the same reads are
-  ImageProjectiveTransformV3's (the kernel behind Keras' RandomZoom).
+  Under XLA (the current stack), a gather from the clip with a zero each
+  side, which XLA makes one loop; as separate TensorFlow ops, its dozen
+  elementwise steps over batch x samples cost several times more, so on the
+  legacy stack the same reads are ImageProjectiveTransformV3's (the kernel
+  behind Keras' RandomZoom).
   """
-  if compat_stack.STACK == compat_stack.CURRENT_STACK:
-    return _read_at_xla(waves, factors)
   n = waves.shape[-1]
   centre = (n - 1) / 2.0
+  if compat_xla.XLA:
+    position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
+    before = tf.floor(position)
+    fraction = position - before
+    # One zero each side: a read from -1 < x < 0 or n - 1 < x < n fades to 0, as at any edge.
+    padded = tf.pad(waves, [[0, 0], [1, 1]])
+    low = tf.cast(before, tf.int32) + 1  # Its index in padded.
+    a = tf.gather(padded, tf.clip_by_value(low, 0, n + 1), batch_dims=1)
+    b = tf.gather(padded, tf.clip_by_value(low + 1, 0, n + 1), batch_dims=1)
+    return a + fraction * (b - a)
   zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
   # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
   transforms = tf.stack([factors, zeros, centre * (1.0 - factors), zeros, ones, zeros, zeros,
@@ -87,28 +131,13 @@ def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   return tf.reshape(out, tf.shape(waves))
 
 
-@tf.function(jit_compile=True)
-def _read_at_xla(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
-  """`_read_at` as a gather from the clip with a zero each side, for XLA to fuse."""
-  n = waves.shape[-1]
-  centre = (n - 1) / 2.0
-  position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
-  before = tf.floor(position)
-  fraction = position - before
-  # One zero each side: a read from -1 < x < 0 or n - 1 < x < n fades to 0, as at any edge.
-  padded = tf.pad(waves, [[0, 0], [1, 1]])
-  low = tf.cast(before, tf.int32) + 1  # Its index in padded.
-  a = tf.gather(padded, tf.clip_by_value(low, 0, n + 1), batch_dims=1)
-  b = tf.gather(padded, tf.clip_by_value(low + 1, 0, n + 1), batch_dims=1)
-  return a + fraction * (b - a)
-
-
 def vocoder_frame(sample_rate: int) -> int:
   """The phase vocoder's frame: a power of two near 32 ms (512 samples at 16 kHz)."""
   return _next_pow2(int(round(0.032 * sample_rate * 0.75)))
 
 
-def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
+def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
+            chosen: Optional[tf.Tensor] = None, cutoff: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example's tempo times `rates` ([batch] > 0), its pitch kept: a phase vocoder.
 
   The short-time spectrum (Hann frames, hop half a frame) is read at
@@ -117,37 +146,79 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int) -> tf.Tensor:
   frame by frame by the input's own advance there (Flanagan and Golden 1966,
   as librosa's phase_vocoder), then resynthesised by overlap-add. The clip
   keeps its length: zeros where the stretched clip ends early. Rate 1 gives
-  the clip back (to float rounding). Its cost is the STFT and its inverse
-  (tools/bench_input.py --augment_each measures it).
+  the clip back (to float rounding). Only the `chosen` examples (bool
+  [batch]; all by default) are stretched: its cost is the STFT and its
+  inverse of each (tools/bench_input.py --augment_each measures it). With
+  `cutoff` ([batch], a fraction of Nyquist, as `low_pass`'s), the frequencies
+  above it are left out of the output frames: the low-pass of a resampling
+  that follows, without an FFT of its own.
   """
+  batch = tf.shape(waves)[:1]
+  chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
+  cutoff = tf.ones(batch) if cutoff is None else tf.cast(cutoff, tf.float32)
+  return _stretch_rows(waves, chosen, tf.cast(rates, tf.float32), cutoff, frame_length)
+
+
+@compat_xla.compiled
+def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
+  return on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
+                  cutoff)
+
+
+def _stretch(waves: tf.Tensor, rates: tf.Tensor, cutoff: tf.Tensor,
+             frame_length: int) -> tf.Tensor:
   n = waves.shape[-1]
   hop = frame_length // 2
   # Zeros around the clip: its first and last samples get the full overlap of windows.
   padded = tf.pad(waves, [[0, 0], [frame_length, frame_length]])
   spectra = tf.signal.stft(padded, frame_length, hop, pad_end=True)
   frames = spectra.shape[1]
-  rates = tf.cast(rates, tf.float32)[:, None]
   centre = (frames - 1) / 2.0
-  position = centre + (tf.range(frames, dtype=tf.float32)[None, :] - centre) * rates
+  position = centre + (tf.range(frames, dtype=tf.float32)[None, :] - centre) * rates[:, None]
   inside = tf.cast((position >= 0.0) & (position <= frames - 1.0), tf.float32)
   before = tf.clip_by_value(tf.cast(tf.floor(position), tf.int32), 0, frames - 2)
   fraction = tf.clip_by_value(position - tf.cast(before, tf.float32), 0.0, 1.0)[..., None]
   real, imag = tf.math.real(spectra), tf.math.imag(spectra)
   magnitude = tf.sqrt(real * real + imag * imag)
-  phase = tf.math.atan2(imag, real)  # A tenth of tf.math.angle's time on a complex tensor.
   low = tf.gather(magnitude, before, axis=1, batch_dims=1)
   high = tf.gather(magnitude, before + 1, axis=1, batch_dims=1)
-  out_magnitude = (low + fraction * (high - low)) * inside[..., None]
-  advance = tf.gather(phase[:, 1:] - phase[:, :-1], before, axis=1, batch_dims=1)
-  # The running sum of the advances over frames as one matmul with a strictly
-  # lower triangle of ones: 2-3x faster than tf.cumsum along the frame axis.
-  earlier = tf.constant(np.tril(np.ones([1, frames, frames], np.float32), -1))
-  out_phase = (tf.gather(phase, before[:, :1], axis=1, batch_dims=1)
-               + tf.matmul(earlier, advance))
+  bins = tf.range(hop + 1, dtype=tf.float32) / hop
+  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[:, None, :]
+  out_magnitude = (low + fraction * (high - low)) * kept
+  cos, sin = _output_phases(real, imag, magnitude, before)
   out = _overlap_add_halves(tf.signal.irfft(
-      tf.complex(out_magnitude * tf.cos(out_phase), out_magnitude * tf.sin(out_phase)),
+      tf.complex(out_magnitude * cos, out_magnitude * sin),
       [frame_length]) * tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32))
   return out[:, frame_length:frame_length + n]
+
+
+def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]:
+  """cos and sin of each output bin's phase: input frame before[:, 0]'s, then each frame's advance.
+
+  Output frame t + 1 advances on frame t by the input's advance from frame
+  before[t] to before[t] + 1. Under XLA (the current stack), as a running
+  product of unit phasors, frame by frame: XLA's atan2, cos and sin are
+  scalar calls, which made the whole stretch 4-5x slower. Elsewhere, as angles
+  (atan2; a tenth of tf.math.angle's time on a complex tensor), summed by one
+  matmul with a strictly lower triangle of ones (2-3x faster than tf.cumsum
+  along the frame axis).
+  """
+  at = lambda x, frames: tf.gather(x, frames, axis=1, batch_dims=1)  # noqa: E731
+  if compat_xla.XLA:
+    # A bin of no energy has phase 0, as atan2(0, 0) says.
+    safe = tf.where(magnitude > 0.0, magnitude, 1.0)
+    unit = tf.complex(tf.where(magnitude > 0.0, real / safe, 1.0), imag / safe)
+    advance = at(unit[:, 1:] * tf.math.conj(unit[:, :-1]), before)
+    first = at(unit, before[:, 0])
+    later = tf.scan(lambda u, a: u * a, tf.transpose(advance[:, :-1], [1, 0, 2]), first)
+    phasors = tf.concat([first[:, None], tf.transpose(later, [1, 0, 2])], 1)
+    return tf.math.real(phasors), tf.math.imag(phasors)
+  phase = tf.math.atan2(imag, real)
+  frames = phase.shape[1]
+  earlier = tf.constant(np.tril(np.ones([1, frames, frames], np.float32), -1))
+  out_phase = at(phase, before[:, :1]) + tf.matmul(earlier, at(phase[:, 1:] - phase[:, :-1],
+                                                               before))
+  return tf.cos(out_phase), tf.sin(out_phase)
 
 
 def _overlap_add_halves(frames: tf.Tensor) -> tf.Tensor:
@@ -168,31 +239,57 @@ def _rms(waves: tf.Tensor) -> tf.Tensor:
 
 
 def fft_size(n: int) -> int:
-  """The smallest length >= n with no prime factor above 5, which FFTs handle fastest."""
-  best = _next_pow2(n)
+  """The smallest even length >= n with no prime factor above 5, which FFTs handle fastest.
+
+  Even, so a spectrum's length says the transform's (`reverberate`).
+  """
+  best = 2 * _next_pow2(-(-n // 2))
   fives = 1
   while fives < best:
     threes = fives
     while threes < best:
-      best = min(best, threes * _next_pow2(-(-n // threes)))
+      best = min(best, threes * 2 * _next_pow2(-(-n // (2 * threes))))
       threes *= 3
     fives *= 5
   return best
 
 
-def reverberate(waves: tf.Tensor, rirs: tf.Tensor) -> tf.Tensor:
-  """Each example convolved with its impulse response ([batch, taps], direct path first).
+def response_spectra(rirs: tf.Tensor, n: int) -> tf.Tensor:
+  """The spectra `reverberate` convolves clips of `n` samples with: of impulse responses [count, taps].
+
+  Computed once for a bank of responses (the sampler's), not per batch: an
+  FFT per response saved on every example reverberated.
+  """
+  return tf.signal.rfft(rirs, [fft_size(n + rirs.shape[-1] - 1)])
+
+
+def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor] = None,
+                chosen: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """Each example convolved with an impulse response: row `which` of `spectra` (`response_spectra`).
 
   Linear convolution by FFT (rfft, product, irfft over at least samples +
   taps - 1, so nothing wraps), cut to the clip and brought back to the
   clip's level: reverberation changes the sound, not how loud it is, and the
-  noise mixed in next keeps its signal-to-noise ratio.
+  noise mixed in next keeps its signal-to-noise ratio. `which` (int
+  [batch]) defaults to row i for example i; only the `chosen` examples
+  (bool [batch]; all by default) are convolved.
   """
-  n, taps = waves.shape[-1], rirs.shape[-1]
-  size = fft_size(n + taps - 1)
-  wet = tf.signal.irfft(tf.signal.rfft(waves, [size]) * tf.signal.rfft(rirs, [size]),
-                        [size])[:, :n]
-  return wet * (_rms(waves) / tf.maximum(_rms(wet), 1e-9))
+  batch = tf.shape(waves)[:1]
+  which = tf.range(batch[0]) if which is None else which
+  chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
+  return _reverberate_rows(waves, chosen, spectra, which)
+
+
+@compat_xla.compiled
+def _reverberate_rows(waves, chosen, spectra, which):
+  n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
+
+  def convolve(rows, responses):
+    wet = tf.signal.irfft(tf.signal.rfft(rows, [size]) * tf.gather(spectra, responses),
+                          [size])[:, :n]
+    return wet * (_rms(rows) / tf.maximum(_rms(wet), 1e-9))
+
+  return on_rows(convolve, waves, chosen, which)
 
 
 def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) -> tf.Tensor:
@@ -211,16 +308,23 @@ def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) 
   return tail + tf.one_hot(tf.zeros(tf.shape(noise)[:1], tf.int32), taps)
 
 
+def noise_level(waves: tf.Tensor, absolute: tf.Tensor, relative: tf.Tensor) -> tf.Tensor:
+  """The gain of each example's noise ([batch]): absolute + relative x the example's RMS."""
+  return absolute + relative * tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
+
+
 def gain(waves: tf.Tensor, db: tf.Tensor) -> tf.Tensor:
   """Each example scaled by its gain in dB ([batch])."""
   return waves * tf.pow(10.0, tf.cast(db, tf.float32) / 20.0)[:, None]
 
 
+@compat_xla.compiled
 def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.Tensor):
   """Each example and its (soft) label mixed with those of `partners`, in proportion `weights`.
 
   Zhang et al. 2018: x = w x_i + (1 - w) x_j and y = w y_i + (1 - w) y_j,
   with `partners` [batch] (j for each i) and `weights` [batch] in [0, 1].
+  Under XLA, one pass over the batch (the partners' rows are not copied first).
   """
   weights = tf.cast(weights, tf.float32)[:, None]
   mix = lambda x: weights * x + (1.0 - weights) * tf.gather(x, partners)  # noqa: E731

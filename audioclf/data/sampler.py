@@ -40,6 +40,10 @@ from audioclf.data import store as store_lib
 from audioclf.params import Params
 
 _AUGMENT = 5  # The key stream of the augmentations' draws, each a sub-stream of its own.
+_RESPONSES = 6  # The key stream of the synthetic impulse responses, drawn once.
+# Synthetic impulse responses in the bank: as many as a recorded set might
+# hold, their spectra 115 KB each for 1 s clips at 16 kHz (15 MB in all).
+SYNTHETIC_RESPONSES = 128
 
 
 def center_start(length, n: int):
@@ -141,6 +145,7 @@ class Sampler:
     self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
     self.semitones, self.vocoder_prob = params.pitch_shift_semitones, params.pitch_tempo_prob
     self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
+    self._spectra = None  # The impulse responses' spectra, made at first use (`_responses`).
     self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
     self.num_classes = num_classes
     if self.mixup_alpha and not num_classes:
@@ -242,21 +247,16 @@ class Sampler:
     chosen = (silence | (pick < self.noise_prob)) if training else silence
     low, high = self.snr_db
     snr_db = tf.cast(low + level * (high - low), tf.float32)
-    rms = tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
-    if self.recordings is None:
-      noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
-      scale = tf.where(silence, tf.cast(gain, tf.float32),
-                       rms / (WHITE_RMS * 10.0 ** (snr_db / 20.0)))
-      return waves + (scale * tf.cast(chosen, tf.float32))[:, None] * noise
-    # Excerpts for the chosen examples only (copying them is most of the cost), added in place.
-    rows = tf.where(chosen)[:, 0]
-    which = tf.gather(which, rows)
-    noise = self.recordings.excerpts(which, tf.gather(where, rows), self.clip_samples)
     # The level of the recording, not of the excerpt: a quiet passage stays quiet.
-    noise_rms = self.recordings.rms(which)
-    scale = tf.where(tf.gather(silence, rows), tf.cast(tf.gather(gain, rows), tf.float32),
-                     tf.gather(rms, rows) / (noise_rms * 10.0 ** (tf.gather(snr_db, rows) / 20.0)))
-    return tf.tensor_scatter_nd_add(waves, rows[:, None], scale[:, None] * noise)
+    noise_rms = WHITE_RMS if self.recordings is None else self.recordings.rms(which)
+    # A _silence_ clip's noise at its gain; any other's at its SNR against the example's RMS.
+    absolute = tf.where(silence, tf.cast(gain, tf.float32), 0.0)
+    relative = tf.where(silence, 0.0, 1.0 / (noise_rms * 10.0 ** (snr_db / 20.0)))
+    if self.recordings is not None:
+      return self.recordings.add_to(waves, chosen, which, where, absolute, relative)
+    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
+    level = augment_lib.noise_level(waves, absolute, relative) * tf.cast(chosen, tf.float32)
+    return waves + level[:, None] * noise
 
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
     """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
@@ -302,48 +302,58 @@ class Sampler:
       return waves
     speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
-    if self._vocoder_on():
-      chosen = pick < self.vocoder_prob
-      pitch = tf.where(chosen, pitch, 1.0)
-      waves = self._stretch(waves, tf.where(chosen)[:, 0], _between(self.tempo, tempo) / pitch)
+    if not self._vocoder_on():
+      return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
+    chosen = pick < self.vocoder_prob
+    pitch = tf.where(chosen, pitch, 1.0)
+    factors = _between(self.speed, speed) * pitch
+    # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
+    waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
+                                augment_lib.vocoder_frame(self.sample_rate), chosen, 1.0 / factors)
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
       return waves
-    return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
-
-  def _stretch(self, waves, chosen, rates):
-    """The `chosen` examples of the batch stretched by their `rates` (augment.stretch)."""
-    frame = augment_lib.vocoder_frame(self.sample_rate)
-    if self.vocoder_prob >= 1.0:
-      return augment_lib.stretch(waves, rates, frame)
-    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
-        waves, chosen[:, None], augment_lib.stretch(tf.gather(waves, chosen),
-                                                    tf.gather(rates, chosen), frame)),
-                   lambda: waves)
+    return augment_lib.resample(waves, factors, chosen)
 
   def _reverb(self, waves, k):
-    """With chance reverb_prob, an example convolved with an impulse response (recorded or drawn).
+    """With chance reverb_prob, an example convolved with an impulse response of the bank.
 
     Only the chosen examples are convolved (the FFTs are most of the cost).
-    A synthetic response's tail is uniform noise of unit variance: a third of
-    the time of Gaussian noise, and as diffuse once it is convolved.
     """
     if not self.reverb_prob:
       return waves
-    pick, which, rt60 = self._draws(1, k, 3, tf.shape(waves)[:1])
-    chosen = tf.where(pick < self.reverb_prob)[:, 0]
-    which, rt60 = tf.gather(which, chosen), tf.gather(rt60, chosen)
+    pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
+    spectra = self._responses()
+    count = spectra.shape[0]
+    which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
+    return augment_lib.reverberate(waves, spectra, which, pick < self.reverb_prob)
+
+  def _responses(self) -> tf.Tensor:
+    """The bank's spectra (augment.response_spectra), made once, outside any batch's graph.
+
+    Recorded responses (`rirs`) from their direct path on, each at most a
+    clip long; else SYNTHETIC_RESPONSES drawn from the seed, their RT60s
+    spread evenly over reverb_rt60 and each tail uniform noise of unit
+    variance (a third of the time of Gaussian noise, and as diffuse once it
+    is convolved). init_scope lifts the work out of the tf.data function
+    that first asks: it runs once, eagerly (or in the caller's graph).
+    """
+    if self._spectra is None:
+      with tf.init_scope():
+        self._spectra = augment_lib.response_spectra(self._bank(), self.clip_samples)
+    return self._spectra
+
+  def _bank(self) -> tf.Tensor:
     if self.rirs is not None:
-      rirs = self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
-    else:
-      taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
-      noise = tf.random.stateless_uniform(tf.stack([tf.size(chosen), taps]),
-                                          self._key(_AUGMENT, k, 2), -3.0 ** 0.5, 3.0 ** 0.5)
-      rirs = augment_lib.synthetic_rirs(tf.ensure_shape(noise, [None, taps]),
-                                        _between(self.rt60, rt60), self.sample_rate)
-    # None chosen: the batch as it is (RFFT refuses an empty batch it has to pad).
-    return tf.cond(tf.size(chosen) > 0, lambda: tf.tensor_scatter_nd_update(
-        waves, chosen[:, None], augment_lib.reverberate(tf.gather(waves, chosen), rirs)),
-                   lambda: waves)
+      count = self.rirs.count
+      which = (tf.range(count, dtype=tf.float32) + 0.5) / count
+      return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
+    taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
+    count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
+    key = tf.constant([self.seed * 8 + _RESPONSES, 0], tf.int64)  # One bank for every shard.
+    spread = tf.random.stateless_uniform([count], key)
+    noise = tf.random.stateless_uniform([count, taps], key + [0, 1], -root3, root3)
+    rt60 = _between(self.rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
+    return augment_lib.synthetic_rirs(noise, rt60, self.sample_rate)
 
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):
