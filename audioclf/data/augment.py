@@ -53,7 +53,6 @@ def resample(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   kws_streaming's resampling do, and the clip keeps its length. Speeding up first removes what would
   fold over Nyquist (`low_pass`), as a real resampler does.
   """
-  n = waves.shape[-1]
   factors = tf.cast(factors, tf.float32)
   faster = tf.where(factors > 1.0)[:, 0]
   waves = tf.cond(tf.size(faster) > 0, lambda: tf.tensor_scatter_nd_update(
