@@ -308,13 +308,13 @@ def _first_batch(seed_offset):
   return 0
 
 
-def _examples(sampler: Sampler, training: bool, first_batch, stop=None) -> tf.data.Dataset:
-  """Global example numbers: training from batch `first_batch` on (to `stop`), else rows 0 .. n-1."""
+def _examples(sampler: Sampler, training: bool, first_batch) -> tf.data.Dataset:
+  """Global example numbers: training from batch `first_batch` on, else rows 0 .. n-1."""
   if not training:
     rows = sampler.eval_rows()
     return tf.data.Dataset.range(rows.start, rows.stop, rows.step)
   start = tf.cast(first_batch, tf.int64) * sampler.batch_size
-  return tf.data.Dataset.range(start, _ENDLESS if stop is None else stop)
+  return tf.data.Dataset.range(start, _ENDLESS)
 
 
 def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bool, first_batch,
@@ -496,17 +496,12 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   # it, as a warm run's are. A read-only cache is never written: there every
   # batch is cold.
   cold_batches = -(-n // batch)
-  if training:
-    first_example = first_batch * batch
-    stop = first_example + cold_batches * batch if writable else None
-    last = first_example + (n // batch) * batch - 1
-  else:
-    stop, last = None, n - 1
+  last = first_batch * batch + (n // batch) * batch - 1 if training else n - 1
   decode_file = _file_decoder(params, fill)
   finish = _finisher(fill, sampler, training, first_batch, cold_batches)
 
-  def decode_one(g):
-    row, u = sampler.example(g) if training else (g, None)
+  def decode_one(g, row, u=None):
+    # Few ops: this runs per example, and each costs the executor's bookkeeping.
     if n > files:
       samples = tf.cond(row < files, lambda: decode_file(row), lambda: tf.zeros([0]))
     else:
@@ -523,13 +518,35 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
       start = sampler.train_start(u, length) if training else sampler.eval_start(length)
       # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
       return (window(samples, 0, length, start, params.clip_samples),
-              tf.where((length > 0) | (row >= files), labels_t[row], -1))
+              tf.where((length > 0) | (row >= files), tf.gather(labels_t, row), -1))
 
   # deterministic: the element that finishes must stay in the batch it completes.
-  first = _examples(sampler, training, first_batch, stop).map(
-      decode_one, num_parallel_calls=AUTOTUNE, deterministic=True)
+  first = _cold_examples(sampler, training, first_batch, cold_batches if writable else None).map(
+      decode_one if training else lambda g: decode_one(g, g), num_parallel_calls=AUTOTUNE,
+      deterministic=True)
   return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
                            cold_batches)
+
+
+def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor,
+                   batches: Optional[int]) -> tf.data.Dataset:
+  """The cold pass's example numbers g; in training with their rows and draws, (g, row, u).
+
+  Training draws a batch at a time (`Sampler.batch`: the permutation and the
+  uniforms cost a few dozen ops), `batches` of them from `first_batch` (None:
+  without end), so the map that runs per example only decodes and cuts. Each
+  example gets the same bits as `Sampler.example(g)`.
+  """
+  if not training:
+    return _examples(sampler, training, first_batch)
+  batch = sampler.batch_size
+
+  def draws(k):
+    rows, u = sampler.batch(k)
+    return k * batch + tf.range(batch, dtype=tf.int64), rows, u
+
+  stop = _ENDLESS if batches is None else first_batch + batches
+  return tf.data.Dataset.range(first_batch, stop).map(draws).unbatch()
 
 
 def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -541,8 +558,8 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
 
   def read(row):
     if wav.all():
-      return tf.io.read_file(paths[row])
-    return tf.cond(maybe_native[row], lambda: tf.io.read_file(paths[row]),
+      return tf.io.read_file(tf.gather(paths, row))
+    return tf.cond(tf.gather(maybe_native, row), lambda: tf.io.read_file(tf.gather(paths, row)),
                    lambda: tf.constant(b""))
 
   def soundfile_decode(row):
@@ -564,14 +581,15 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
               cold_batches: int) -> Callable[[], tf.Tensor]:
   """finish(): the graph's call of `fill.finish`, with the file rows the pass has yet to reach."""
   n, files, batch = sampler.n, len(fill.examples), sampler.batch_size
+  if training and cold_batches > n // batch:
+    # The rows of the cold batch after the one the finishing element completes:
+    # drawn once here, not traced into the function every example runs.
+    pending = sampler.batch(first_batch + n // batch)[0]
+    pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
+  else:
+    pending = tf.zeros([0], tf.int64)
 
   def finish():
-    if training and cold_batches > n // batch:
-      # The rows of the cold batch after the one this element completes.
-      pending = sampler.batch(first_batch + n // batch)[0]
-      pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
-    else:
-      pending = tf.zeros([0], tf.int64)
     return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
                              stateful=True)
 

@@ -29,6 +29,7 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -167,7 +168,16 @@ class Sampler:
     `u` picks each window's start once the clip's length is known
     (`window_start`): the cold pass knows it only after decoding.
     """
-    k = tf.cast(k, tf.int64)
+    return self._batch_fn(tf.cast(k, tf.int64))
+
+  @functools.cached_property
+  def _batch_fn(self):
+    # Traced once per sampler: a cold pass draws in two places (its own
+    # batches, then those of the split it wrote), and tracing costs.
+    return tf.function(self._batch, input_signature=[tf.TensorSpec([], tf.int64)],
+                       autograph=False)
+
+  def _batch(self, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
     if self.classes is not None:
       return self._balanced_row(g), self._uniform(k)
