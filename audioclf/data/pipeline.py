@@ -517,8 +517,9 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
       length = tf.size(samples, out_type=tf.int64)
       start = sampler.train_start(u, length) if training else sampler.eval_start(length)
       # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
+      kept = (length > 0) | (row >= files) if n > files else length > 0
       return (window(samples, 0, length, start, params.clip_samples),
-              tf.where((length > 0) | (row >= files), tf.gather(labels_t, row), -1))
+              tf.where(kept, tf.gather(labels_t, row), -1))
 
   # deterministic: the element that finishes must stay in the batch it completes.
   first = _cold_examples(sampler, training, first_batch, cold_batches if writable else None).map(
@@ -581,17 +582,17 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
               cold_batches: int) -> Callable[[], tf.Tensor]:
   """finish(): the graph's call of `fill.finish`, with the file rows the pass has yet to reach."""
   n, files, batch = sampler.n, len(fill.examples), sampler.batch_size
-  if training and cold_batches > n // batch:
-    # The rows of the cold batch after the one the finishing element completes:
-    # drawn once here, not traced into the function every example runs.
-    pending = sampler.batch(first_batch + n // batch)[0]
-    pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
-  else:
-    pending = tf.zeros([0], tf.int64)
 
   def finish():
-    return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
-                             stateful=True)
+    if training and cold_batches > n // batch:
+      # The rows of the cold batch after the one this element completes: a call
+      # of the sampler's traced draws, few ops in the function every example runs.
+      pending = sampler.batch(first_batch + n // batch)[0]
+    else:
+      pending = tf.zeros([0], tf.int64)
+    # _silence_ rows (files on) have no file.
+    return tf.numpy_function(lambda rows: fill.finish(training, rows[rows < files]), [pending],
+                             tf.int64, stateful=True)
 
   return finish
 

@@ -69,12 +69,16 @@ def window(source: tf.Tensor, offset, length, start, n: int) -> tf.Tensor:
   """
   # Few ops: this runs per example, and building a dataset traces it.
   source = tf.convert_to_tensor(source)
-  offset, length, start = (tf.cast(x, tf.int64) for x in (offset, length, start))
+  length, start = (tf.cast(x, tf.int64) for x in (length, start))
   lo = tf.minimum(tf.maximum(start, 0), length)
   hi = tf.minimum(tf.maximum(start + n, lo), length)
   # A window wholly past either end of its clip has lo == hi: it is all padding.
   left = tf.minimum(tf.maximum(lo - start, 0), n)
-  piece = source[offset + lo:offset + hi]
+  if isinstance(offset, int) and offset == 0:  # A decoded clip (the cold pass): no adds.
+    piece = source[lo:hi]
+  else:
+    offset = tf.cast(offset, tf.int64)
+    piece = source[offset + lo:offset + hi]
   return tf.ensure_shape(tf.pad(piece, tf.reshape(tf.stack([left, n - left - (hi - lo)]), [1, 2])),
                          [n])
 
