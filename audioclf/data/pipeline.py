@@ -483,10 +483,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   """The first pass decodes every file and writes the split; in training, later epochs read it."""
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   fill.store.prepare()
-  # Rows from len(examples) on are virtual _silence_ clips: no file, no samples.
-  n, files, batch = sampler.n, len(fill.examples), params.batch_size
-  writable = fill.store.writable
-  labels_t = tf.constant(labels)
+  n, batch = sampler.n, params.batch_size
   first_batch = tf.cast(first_batch, tf.int64)
   # Training: the batches that reach every file of the first epoch are cold
   # (ceil(files / batch) of them). The element that completes the epoch's
@@ -497,22 +494,38 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   # batch is cold.
   cold_batches = -(-n // batch)
   last = first_batch * batch + (n // batch) * batch - 1 if training else n - 1
+  finish = (_finisher(fill, sampler, training, first_batch, cold_batches)
+            if fill.store.writable else None)
+  decode_one = _example_decoder(params, fill, labels, sampler, training, last, finish)
+  # deterministic: the element that finishes must stay in the batch it completes.
+  first = _cold_examples(sampler, training, first_batch, cold_batches if finish else None).map(
+      decode_one if training else lambda g: decode_one(g, g), num_parallel_calls=AUTOTUNE,
+      deterministic=True)
+  return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
+                           cold_batches)
+
+
+def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
+                     training: bool, last, finish: Optional[Callable[[], tf.Tensor]]):
+  """decode_one(g, row, u): example g's window and label, decoding its file; g == last finishes.
+
+  Few ops: this runs per example, and each op costs the executor's
+  bookkeeping (the draws come from `_cold_examples`, a batch at a time).
+  """
+  n, files = sampler.n, len(fill.examples)  # Rows from files on are virtual _silence_ clips.
+  labels_t = tf.constant(labels)
   decode_file = _file_decoder(params, fill)
-  finish = _finisher(fill, sampler, training, first_batch, cold_batches)
 
   def decode_one(g, row, u=None):
-    # Few ops: this runs per example, and each costs the executor's bookkeeping.
     if n > files:
       samples = tf.cond(row < files, lambda: decode_file(row), lambda: tf.zeros([0]))
     else:
       samples = decode_file(row)
     samples.set_shape([None])
-    if writable:
-      # The element that completes the cold batches writes the split before it
-      # is delivered (training: in the background, and keeps going).
-      done = tf.cond(tf.equal(g, last), finish, lambda: tf.constant(0, tf.int64))
-    else:
-      done = tf.constant(0, tf.int64)
+    # The element that completes the cold batches writes the split before it
+    # is delivered (training: in the background, and keeps going).
+    done = (tf.cond(tf.equal(g, last), finish, lambda: tf.constant(0, tf.int64)) if finish
+            else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
       length = tf.size(samples, out_type=tf.int64)
       start = sampler.train_start(u, length) if training else sampler.eval_start(length)
@@ -521,12 +534,7 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
       return (window(samples, 0, length, start, params.clip_samples),
               tf.where(kept, tf.gather(labels_t, row), -1))
 
-  # deterministic: the element that finishes must stay in the batch it completes.
-  first = _cold_examples(sampler, training, first_batch, cold_batches if writable else None).map(
-      decode_one if training else lambda g: decode_one(g, g), num_parallel_calls=AUTOTUNE,
-      deterministic=True)
-  return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
-                           cold_batches)
+  return decode_one
 
 
 def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor,
