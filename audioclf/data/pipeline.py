@@ -493,12 +493,14 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   # it, as a warm run's are. A read-only cache is never written: there every
   # batch is cold.
   cold_batches = -(-n // batch)
-  last = first_batch * batch + (n // batch) * batch - 1 if training else n - 1
   finish = (_finisher(fill, sampler, training, first_batch, cold_batches)
             if fill.store.writable else None)
-  decode_one = _example_decoder(params, fill, labels, sampler, training, last, finish)
-  # deterministic: the element that finishes must stay in the batch it completes.
-  first = _cold_examples(sampler, training, first_batch, cold_batches if finish else None).map(
+  # Evaluation's last example finishes; in training, the batch that completes
+  # the epoch does as it is drawn (`_cold_examples`).
+  decode_one = _example_decoder(params, fill, labels, sampler, training,
+                                None if training else finish)
+  # deterministic: batch k holds examples k * batch on, whatever the parallelism.
+  first = _cold_examples(sampler, training, first_batch, cold_batches, finish).map(
       decode_one if training else lambda g: decode_one(g, g), num_parallel_calls=AUTOTUNE,
       deterministic=True)
   return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
@@ -506,11 +508,13 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
 
 
 def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
-                     training: bool, last, finish: Optional[Callable[[], tf.Tensor]]):
-  """decode_one(g, row, u): example g's window and label, decoding its file; g == last finishes.
+                     training: bool, finish: Optional[Callable[[], tf.Tensor]]):
+  """decode_one(g, row, u): example g's window and label, decoding its file.
 
   Few ops: this runs per example, and each op costs the executor's
   bookkeeping (the draws come from `_cold_examples`, a batch at a time).
+  With `finish` (an evaluation pass), the last example calls it before it
+  is delivered: the split is written as the pass ends.
   """
   n, files = sampler.n, len(fill.examples)  # Rows from files on are virtual _silence_ clips.
   labels_t = tf.constant(labels)
@@ -522,9 +526,7 @@ def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sa
     else:
       samples = decode_file(row)
     samples.set_shape([None])
-    # The element that completes the cold batches writes the split before it
-    # is delivered (training: in the background, and keeps going).
-    done = (tf.cond(tf.equal(g, last), finish, lambda: tf.constant(0, tf.int64)) if finish
+    done = (tf.cond(tf.equal(g, n - 1), finish, lambda: tf.constant(0, tf.int64)) if finish
             else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
       length = tf.size(samples, out_type=tf.int64)
@@ -537,24 +539,33 @@ def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sa
   return decode_one
 
 
-def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor,
-                   batches: Optional[int]) -> tf.data.Dataset:
+def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor, batches: int,
+                   finish: Optional[Callable[[], tf.Tensor]]) -> tf.data.Dataset:
   """The cold pass's example numbers g; in training with their rows and draws, (g, row, u).
 
   Training draws a batch at a time (`Sampler.batch`: the permutation and the
-  uniforms cost a few dozen ops), `batches` of them from `first_batch` (None:
-  without end), so the map that runs per example only decodes and cuts. Each
-  example gets the same bits as `Sampler.example(g)`.
+  uniforms cost a few dozen ops), `batches` of them from `first_batch` (a
+  read-only cache, without `finish`: without end), so the map that runs per
+  example only decodes and cuts; each example gets the same bits as
+  `Sampler.example(g)`. The batch that completes the epoch calls `finish`
+  as it is drawn: before any of its examples is decoded, so before it is
+  delivered (a run of exactly files // batch steps leaves a complete
+  cache), and with no test in the function every example runs.
   """
   if not training:
     return _examples(sampler, training, first_batch)
   batch = sampler.batch_size
+  completing = first_batch + sampler.n // batch - 1
 
   def draws(k):
     rows, u = sampler.batch(k)
+    if finish is not None:
+      done = tf.cond(tf.equal(k, completing), finish, lambda: tf.constant(0, tf.int64))
+      with tf.control_dependencies([done]):
+        rows = tf.identity(rows)
     return k * batch + tf.range(batch, dtype=tf.int64), rows, u
 
-  stop = _ENDLESS if batches is None else first_batch + batches
+  stop = _ENDLESS if finish is None else first_batch + batches
   return tf.data.Dataset.range(first_batch, stop).map(draws).unbatch()
 
 
@@ -593,8 +604,7 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
 
   def finish():
     if training and cold_batches > n // batch:
-      # The rows of the cold batch after the one this element completes: a call
-      # of the sampler's traced draws, few ops in the function every example runs.
+      # The rows of the cold batch after the one that completes the epoch.
       pending = sampler.batch(first_batch + n // batch)[0]
     else:
       pending = tf.zeros([0], tf.int64)
