@@ -16,10 +16,8 @@ and their checks are `store`, decoding and writing a split is `fill`.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-import threading
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -32,7 +30,7 @@ from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
-from audioclf.data.sampler import Sampler, split_tensor, window
+from audioclf.data.sampler import Recent, Sampler, split_tensor, window
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -219,40 +217,17 @@ def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
   return {"waveform": tf.TensorSpec([None, params.clip_samples], tf.float32)}, labels
 
 
-class _Recent:
-  """The last few warm datasets input_fn built in this process, by everything they depend on.
-
-  A dataset is a description, not a running pipeline: each `iter` of it
-  starts its own, so handing one out twice is safe. Its key holds the
-  fields of params the data layer reads (`Params.data_key`: tuner trials that
-  change only the model or the optimizer share a dataset), mode, split,
-  start, shard, the split's content key and data file
-  (a refilled split is another file) and the noise recordings' fingerprints,
-  so a changed file, flag or cache builds anew. Building costs 0.05-0.08 s on
-  2 cores (tracing its functions), a fifth of a warm training run's start;
-  only eagerly built datasets are kept (a graph's belongs to that graph).
-  """
-
-  def __init__(self, size: int):
-    self._size, self._items = size, collections.OrderedDict()
-    self._lock = threading.Lock()
-
-  def get(self, key):
-    with self._lock:
-      ds = self._items.get(key)
-      if ds is not None:
-        self._items.move_to_end(key)
-      return ds
-
-  def put(self, key, ds) -> None:
-    with self._lock:
-      self._items[key] = ds
-      self._items.move_to_end(key)
-      while len(self._items) > self._size:
-        self._items.popitem(last=False)
-
-
-_BUILT = _Recent(size=8)
+# The last few warm datasets input_fn built in this process, by everything they
+# depend on. A dataset is a description, not a running pipeline: each `iter`
+# of it starts its own, so handing one out twice is safe. Its key holds the
+# fields of params the data layer reads (`Params.data_key`: tuner trials that
+# change only the model or the optimizer share a dataset), mode, split, start,
+# shard, the split's content key and data file (a refilled split is another
+# file) and the noise recordings' fingerprints, so a changed file, flag or
+# cache builds anew. Building costs 0.05-0.08 s on 2 cores (tracing its
+# functions), a fifth of a warm training run's start; only eagerly built
+# datasets are kept (a graph's belongs to that graph).
+_BUILT = Recent(size=8)
 
 
 def fill_cache(params: Params, manifest: Manifest,

@@ -29,8 +29,11 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 
 from __future__ import annotations
 
+import collections
+import copy
 import functools
 import os
+import threading
 from typing import Optional
 
 import numpy as np
@@ -176,10 +179,19 @@ class Sampler:
 
   @functools.cached_property
   def _batch_fn(self):
-    # Traced once per sampler: a cold pass draws in two places (its own
-    # batches, then those of the split it wrote), and tracing costs.
-    return tf.function(self._batch, input_signature=[tf.TensorSpec([], tf.int64)],
+    # Traced once per order and process (`_TRACED_BATCHES`): a cold pass draws
+    # in two places (its own batches, then those of the split it wrote), and
+    # input_fn builds the same stream again and again (evaluation, trials).
+    key = (self.n, self.batch_size, self.epoch_size, self.shard, self.order_seed, self.seed,
+           None if self.classes is None else tuple(a.tobytes() for a in self.classes))
+    fn = _TRACED_BATCHES.get(key)
+    if fn is None:
+      numbers = copy.copy(self)  # What `_batch` reads, without the recordings' samples.
+      numbers.recordings = numbers.rirs = None
+      fn = tf.function(numbers._batch, input_signature=[tf.TensorSpec([], tf.int64)],
                        autograph=False)
+      _TRACED_BATCHES.put(key, fn)
+    return fn
 
   def _batch(self, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
@@ -384,6 +396,32 @@ class Sampler:
     at = k * count + index
     return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
                      at if sub is None else at * 8 + sub])
+
+
+class Recent:
+  """The last `size` values put, by key: a bounded memo that threads may share."""
+
+  def __init__(self, size: int):
+    self._size, self._items = size, collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def get(self, key):
+    with self._lock:
+      value = self._items.get(key)
+      if value is not None:
+        self._items.move_to_end(key)
+      return value
+
+  def put(self, key, value) -> None:
+    with self._lock:
+      self._items[key] = value
+      self._items.move_to_end(key)
+      while len(self._items) > self._size:
+        self._items.popitem(last=False)
+
+
+# `Sampler.batch`, traced, by the numbers it depends on: a process keeps a few.
+_TRACED_BATCHES = Recent(size=16)
 
 
 def _between(bounds: tuple[float, float], u: tf.Tensor) -> tf.Tensor:
