@@ -7,11 +7,11 @@ and their checks are `store`, decoding and writing a split is `fill`.
       every window out of the memory-mapped split (Split.windows); with
       native_read, each window is sliced out of the file mapped as a tensor
       instead (native ops only, no Python: a tf.data service can run it)
-  cold (first pass): rows and draws per example -> each file decoded
+  cold (first pass): rows and draws a batch at a time -> each file decoded
       (canonical WAVs natively, the rest through soundfile in a
-      numpy_function) -> window -> batch; the element that completes the
-      first epoch's whole batches writes the split, and training goes on with
-      the warm cut over it.
+      numpy_function) -> window -> batch; the batch that completes the first
+      epoch's whole batches starts writing the split as it is drawn, and
+      training goes on with the warm cut over it.
 """
 
 from __future__ import annotations
@@ -461,12 +461,12 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   n, batch = sampler.n, params.batch_size
   first_batch = tf.cast(first_batch, tf.int64)
   # Training: the batches that reach every file of the first epoch are cold
-  # (ceil(files / batch) of them). The element that completes the epoch's
-  # last whole batch (files // batch of them: a run of exactly one epoch of
-  # steps leaves a complete cache) calls `finish`, which decodes what the
-  # pass has not reached and writes the split; later batches are cut from
-  # it, as a warm run's are. A read-only cache is never written: there every
-  # batch is cold.
+  # (ceil(files / batch) of them). The epoch's last whole batch (files //
+  # batch of them: a run of exactly one epoch of steps leaves a complete
+  # cache) calls `finish` before it is delivered, which decodes what the pass
+  # has not reached and writes the split; later batches are cut from it, as a
+  # warm run's are. A read-only cache is never written: there every batch is
+  # cold.
   cold_batches = -(-n // batch)
   finish = (_finisher(fill, sampler, training, first_batch, cold_batches)
             if fill.store.writable else None)
