@@ -141,6 +141,17 @@ def native_wav(contents: tf.Tensor, sample_rate: int) -> tuple[tf.Tensor, tf.Ten
 
 
 @functools.lru_cache(maxsize=None)
+def traced_native_wav(sample_rate: int):
+  """`native_wav` at `sample_rate` as a tf.function, traced once per process.
+
+  The cold pass builds it into the function every example runs; tracing it
+  anew for each dataset would cost more than the call.
+  """
+  return tf.function(lambda contents: native_wav(contents, sample_rate),
+                     input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+
+
+@functools.lru_cache(maxsize=None)
 def _expected_header(sample_rate: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """`native_wav`'s check as int32 fields: (expected, mask, where the data size goes).
 

@@ -504,12 +504,10 @@ def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sa
     done = (tf.cond(tf.equal(g, n - 1), finish, lambda: tf.constant(0, tf.int64)) if finish
             else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
-      length = tf.size(samples, out_type=tf.int64)
-      start = sampler.train_start(u, length) if training else sampler.eval_start(length)
+      clip, length = sampler.decoded_window(samples, u if training else None)
       # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
       kept = (length > 0) | (row >= files) if n > files else length > 0
-      return (window(samples, 0, length, start, params.clip_samples),
-              tf.where(kept, tf.gather(labels_t, row), -1))
+      return clip, tf.where(kept, tf.gather(labels_t, row), -1)
 
   return decode_one
 
@@ -565,7 +563,8 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
     # parallel and without the GIL; everything else (FLAC, other rates,
     # multichannel, anything odd or broken) goes through soundfile + soxr.
     if wav.any():
-      native, samples = decode.native_wav(read(row), params.sample_rate)
+      native, samples = decode.traced_native_wav(params.sample_rate)(read(row))
+      samples.set_shape([None])
       return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
     return soundfile_decode(row)
 

@@ -246,6 +246,16 @@ class Sampler:
   def train_start(self, u, length):
     return window_start(u, length, self.clip_samples, self.shift)
 
+  def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """(window, length) of a decoded clip: at `train_start(u, ...)`, or without u its centre.
+
+    Traced once per (window, shift) and process (`_traced_window`): the cold
+    pass builds it into the function every example runs.
+    """
+    if u is None:
+      return _traced_window(self.clip_samples, self.shift, False)(samples)
+    return _traced_window(self.clip_samples, self.shift, True)(samples, u)
+
   def eval_start(self, length):
     return center_start(tf.cast(length, tf.int64), self.clip_samples)
 
@@ -396,6 +406,20 @@ class Sampler:
     at = k * count + index
     return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
                      at if sub is None else at * 8 + sub])
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_window(n: int, shift: int, training: bool):
+  """`Sampler.decoded_window` for clips cut to `n` samples, shifted by up to `shift` in training."""
+  samples = tf.TensorSpec([None], tf.float32)
+
+  def cut(source, u=None):
+    length = tf.size(source, out_type=tf.int64)
+    start = window_start(u, length, n, shift) if training else center_start(length, n)
+    return window(source, 0, length, start, n), length
+
+  signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
+  return tf.function(cut, input_signature=signature, autograph=False)
 
 
 class Recent:
