@@ -7,19 +7,17 @@ and their checks are `store`, decoding and writing a split is `fill`.
       every window out of the memory-mapped split (Split.windows); with
       native_read, each window is sliced out of the file mapped as a tensor
       instead (native ops only, no Python: a tf.data service can run it)
-  cold (first pass): rows and draws per example -> each file decoded
+  cold (first pass): rows and draws a batch at a time -> each file decoded
       (canonical WAVs natively, the rest through soundfile in a
-      numpy_function) -> window -> batch; the element that completes the
-      first epoch's whole batches writes the split, and training goes on with
-      the warm cut over it.
+      numpy_function) -> window -> batch; the batch that completes the first
+      epoch's whole batches starts writing the split as it is drawn, and
+      training goes on with the warm cut over it.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
-import threading
 from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -32,7 +30,7 @@ from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
-from audioclf.data.sampler import Sampler, split_tensor, window
+from audioclf.data.sampler import Recent, Sampler, split_tensor, window
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -219,40 +217,17 @@ def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
   return {"waveform": tf.TensorSpec([None, params.clip_samples], tf.float32)}, labels
 
 
-class _Recent:
-  """The last few warm datasets input_fn built in this process, by everything they depend on.
-
-  A dataset is a description, not a running pipeline: each `iter` of it
-  starts its own, so handing one out twice is safe. Its key holds the
-  fields of params the data layer reads (`Params.data_key`: tuner trials that
-  change only the model or the optimizer share a dataset), mode, split,
-  start, shard, the split's content key and data file
-  (a refilled split is another file) and the noise recordings' fingerprints,
-  so a changed file, flag or cache builds anew. Building costs 0.05-0.08 s on
-  2 cores (tracing its functions), a fifth of a warm training run's start;
-  only eagerly built datasets are kept (a graph's belongs to that graph).
-  """
-
-  def __init__(self, size: int):
-    self._size, self._items = size, collections.OrderedDict()
-    self._lock = threading.Lock()
-
-  def get(self, key):
-    with self._lock:
-      ds = self._items.get(key)
-      if ds is not None:
-        self._items.move_to_end(key)
-      return ds
-
-  def put(self, key, ds) -> None:
-    with self._lock:
-      self._items[key] = ds
-      self._items.move_to_end(key)
-      while len(self._items) > self._size:
-        self._items.popitem(last=False)
-
-
-_BUILT = _Recent(size=8)
+# The last few warm datasets input_fn built in this process, by everything they
+# depend on. A dataset is a description, not a running pipeline: each `iter`
+# of it starts its own, so handing one out twice is safe. Its key holds the
+# fields of params the data layer reads (`Params.data_key`: tuner trials that
+# change only the model or the optimizer share a dataset), mode, split, start,
+# shard, the split's content key and data file (a refilled split is another
+# file) and the noise recordings' fingerprints, so a changed file, flag or
+# cache builds anew. Building costs 0.05-0.08 s on 2 cores (tracing its
+# functions), a fifth of a warm training run's start; only eagerly built
+# datasets are kept (a graph's belongs to that graph).
+_BUILT = Recent(size=8)
 
 
 def fill_cache(params: Params, manifest: Manifest,
@@ -308,13 +283,13 @@ def _first_batch(seed_offset):
   return 0
 
 
-def _examples(sampler: Sampler, training: bool, first_batch, stop=None) -> tf.data.Dataset:
-  """Global example numbers: training from batch `first_batch` on (to `stop`), else rows 0 .. n-1."""
+def _examples(sampler: Sampler, training: bool, first_batch) -> tf.data.Dataset:
+  """Global example numbers: training from batch `first_batch` on, else rows 0 .. n-1."""
   if not training:
     rows = sampler.eval_rows()
     return tf.data.Dataset.range(rows.start, rows.stop, rows.step)
   start = tf.cast(first_batch, tf.int64) * sampler.batch_size
-  return tf.data.Dataset.range(start, _ENDLESS if stop is None else stop)
+  return tf.data.Dataset.range(start, _ENDLESS)
 
 
 def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bool, first_batch,
@@ -483,53 +458,88 @@ def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
   """The first pass decodes every file and writes the split; in training, later epochs read it."""
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   fill.store.prepare()
-  # Rows from len(examples) on are virtual _silence_ clips: no file, no samples.
-  n, files, batch = sampler.n, len(fill.examples), params.batch_size
-  writable = fill.store.writable
-  labels_t = tf.constant(labels)
+  n, batch = sampler.n, params.batch_size
   first_batch = tf.cast(first_batch, tf.int64)
   # Training: the batches that reach every file of the first epoch are cold
-  # (ceil(files / batch) of them). The element that completes the epoch's
-  # last whole batch (files // batch of them: a run of exactly one epoch of
-  # steps leaves a complete cache) calls `finish`, which decodes what the
-  # pass has not reached and writes the split; later batches are cut from
-  # it, as a warm run's are. A read-only cache is never written: there every
-  # batch is cold.
+  # (ceil(files / batch) of them). The epoch's last whole batch (files //
+  # batch of them: a run of exactly one epoch of steps leaves a complete
+  # cache) calls `finish` before it is delivered, which decodes what the pass
+  # has not reached and writes the split; later batches are cut from it, as a
+  # warm run's are. A read-only cache is never written: there every batch is
+  # cold.
   cold_batches = -(-n // batch)
-  if training:
-    first_example = first_batch * batch
-    stop = first_example + cold_batches * batch if writable else None
-    last = first_example + (n // batch) * batch - 1
-  else:
-    stop, last = None, n - 1
-  decode_file = _file_decoder(params, fill)
-  finish = _finisher(fill, sampler, training, first_batch, cold_batches)
+  finish = (_finisher(fill, sampler, training, first_batch, cold_batches)
+            if fill.store.writable else None)
+  # Evaluation's last example finishes; in training, the batch that completes
+  # the epoch does as it is drawn (`_cold_examples`).
+  decode_one = _example_decoder(params, fill, labels, sampler, training,
+                                None if training else finish)
+  # deterministic: batch k holds examples k * batch on, whatever the parallelism.
+  first = _cold_examples(sampler, training, first_batch, cold_batches, finish).map(
+      decode_one if training else lambda g: decode_one(g, g), num_parallel_calls=AUTOTUNE,
+      deterministic=True)
+  return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
+                           cold_batches)
 
-  def decode_one(g):
-    row, u = sampler.example(g) if training else (g, None)
+
+def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
+                     training: bool, finish: Optional[Callable[[], tf.Tensor]]):
+  """decode_one(g, row, u): example g's window and label, decoding its file.
+
+  Few ops: this runs per example, and each op costs the executor's
+  bookkeeping (the draws come from `_cold_examples`, a batch at a time).
+  With `finish` (an evaluation pass), the last example calls it before it
+  is delivered: the split is written as the pass ends.
+  """
+  n, files = sampler.n, len(fill.examples)  # Rows from files on are virtual _silence_ clips.
+  labels_t = tf.constant(labels)
+  decode_file = _file_decoder(params, fill)
+
+  def decode_one(g, row, u=None):
     if n > files:
       samples = tf.cond(row < files, lambda: decode_file(row), lambda: tf.zeros([0]))
     else:
       samples = decode_file(row)
     samples.set_shape([None])
-    if writable:
-      # The element that completes the cold batches writes the split before it
-      # is delivered (training: in the background, and keeps going).
-      done = tf.cond(tf.equal(g, last), finish, lambda: tf.constant(0, tf.int64))
-    else:
-      done = tf.constant(0, tf.int64)
+    done = (tf.cond(tf.equal(g, n - 1), finish, lambda: tf.constant(0, tf.int64)) if finish
+            else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
-      length = tf.size(samples, out_type=tf.int64)
-      start = sampler.train_start(u, length) if training else sampler.eval_start(length)
+      clip, length = sampler.decoded_window(samples, u if training else None)
       # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
-      return (window(samples, 0, length, start, params.clip_samples),
-              tf.where((length > 0) | (row >= files), labels_t[row], -1))
+      kept = (length > 0) | (row >= files) if n > files else length > 0
+      return clip, tf.where(kept, tf.gather(labels_t, row), -1)
 
-  # deterministic: the element that finishes must stay in the batch it completes.
-  first = _examples(sampler, training, first_batch, stop).map(
-      decode_one, num_parallel_calls=AUTOTUNE, deterministic=True)
-  return _cold_pass_batches(params, fill, labels, sampler, training, first_batch, first,
-                           cold_batches)
+  return decode_one
+
+
+def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor, batches: int,
+                   finish: Optional[Callable[[], tf.Tensor]]) -> tf.data.Dataset:
+  """The cold pass's example numbers g; in training with their rows and draws, (g, row, u).
+
+  Training draws a batch at a time (`Sampler.batch`: the permutation and the
+  uniforms cost a few dozen ops), `batches` of them from `first_batch` (a
+  read-only cache, without `finish`: without end), so the map that runs per
+  example only decodes and cuts; each example gets the same bits as
+  `Sampler.example(g)`. The batch that completes the epoch calls `finish`
+  as it is drawn: before any of its examples is decoded, so before it is
+  delivered (a run of exactly files // batch steps leaves a complete
+  cache), and with no test in the function every example runs.
+  """
+  if not training:
+    return _examples(sampler, training, first_batch)
+  batch = sampler.batch_size
+  completing = first_batch + sampler.n // batch - 1
+
+  def draws(k):
+    rows, u = sampler.batch(k)
+    if finish is not None:
+      done = tf.cond(tf.equal(k, completing), finish, lambda: tf.constant(0, tf.int64))
+      with tf.control_dependencies([done]):
+        rows = tf.identity(rows)
+    return k * batch + tf.range(batch, dtype=tf.int64), rows, u
+
+  stop = _ENDLESS if finish is None else first_batch + batches
+  return tf.data.Dataset.range(first_batch, stop).map(draws).unbatch()
 
 
 def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -541,8 +551,8 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
 
   def read(row):
     if wav.all():
-      return tf.io.read_file(paths[row])
-    return tf.cond(maybe_native[row], lambda: tf.io.read_file(paths[row]),
+      return tf.io.read_file(tf.gather(paths, row))
+    return tf.cond(tf.gather(maybe_native, row), lambda: tf.io.read_file(tf.gather(paths, row)),
                    lambda: tf.constant(b""))
 
   def soundfile_decode(row):
@@ -553,7 +563,8 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
     # parallel and without the GIL; everything else (FLAC, other rates,
     # multichannel, anything odd or broken) goes through soundfile + soxr.
     if wav.any():
-      native, samples = decode.native_wav(read(row), params.sample_rate)
+      native, samples = decode.traced_native_wav(params.sample_rate)(read(row))
+      samples.set_shape([None])
       return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
     return soundfile_decode(row)
 
@@ -567,13 +578,13 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
 
   def finish():
     if training and cold_batches > n // batch:
-      # The rows of the cold batch after the one this element completes.
+      # The rows of the cold batch after the one that completes the epoch.
       pending = sampler.batch(first_batch + n // batch)[0]
-      pending = tf.boolean_mask(pending, pending < files)  # _silence_ rows have no file.
     else:
       pending = tf.zeros([0], tf.int64)
-    return tf.numpy_function(lambda rows: fill.finish(training, rows), [pending], tf.int64,
-                             stateful=True)
+    # _silence_ rows (files on) have no file.
+    return tf.numpy_function(lambda rows: fill.finish(training, rows[rows < files]), [pending],
+                             tf.int64, stateful=True)
 
   return finish
 

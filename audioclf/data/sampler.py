@@ -29,7 +29,11 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 
 from __future__ import annotations
 
+import collections
+import copy
+import functools
 import os
+import threading
 from typing import Optional
 
 import numpy as np
@@ -72,12 +76,16 @@ def window(source: tf.Tensor, offset, length, start, n: int) -> tf.Tensor:
   """
   # Few ops: this runs per example, and building a dataset traces it.
   source = tf.convert_to_tensor(source)
-  offset, length, start = (tf.cast(x, tf.int64) for x in (offset, length, start))
+  length, start = (tf.cast(x, tf.int64) for x in (length, start))
   lo = tf.minimum(tf.maximum(start, 0), length)
   hi = tf.minimum(tf.maximum(start + n, lo), length)
   # A window wholly past either end of its clip has lo == hi: it is all padding.
   left = tf.minimum(tf.maximum(lo - start, 0), n)
-  piece = source[offset + lo:offset + hi]
+  if isinstance(offset, int) and offset == 0:  # A decoded clip (the cold pass): no adds.
+    piece = source[lo:hi]
+  else:
+    offset = tf.cast(offset, tf.int64)
+    piece = source[offset + lo:offset + hi]
   return tf.ensure_shape(tf.pad(piece, tf.reshape(tf.stack([left, n - left - (hi - lo)]), [1, 2])),
                          [n])
 
@@ -172,7 +180,25 @@ class Sampler:
     `u` picks each window's start once the clip's length is known
     (`window_start`): the cold pass knows it only after decoding.
     """
-    k = tf.cast(k, tf.int64)
+    return self._batch_fn(tf.cast(k, tf.int64))
+
+  @functools.cached_property
+  def _batch_fn(self):
+    # Traced once per order and process (`_TRACED_BATCHES`): a cold pass draws
+    # in two places (its own batches, then those of the split it wrote), and
+    # input_fn builds the same stream again and again (evaluation, trials).
+    key = (self.n, self.batch_size, self.epoch_size, self.shard, self.order_seed, self.seed,
+           None if self.classes is None else tuple(a.tobytes() for a in self.classes))
+    fn = _TRACED_BATCHES.get(key)
+    if fn is None:
+      numbers = copy.copy(self)  # What `_batch` reads, without the recordings' samples.
+      numbers.recordings = numbers.rirs = None
+      fn = tf.function(numbers._batch, input_signature=[tf.TensorSpec([], tf.int64)],
+                       autograph=False)
+      _TRACED_BATCHES.put(key, fn)
+    return fn
+
+  def _batch(self, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
     if self.classes is not None:
       return self._balanced_row(g), self._uniform(k)
@@ -224,6 +250,16 @@ class Sampler:
 
   def train_start(self, u, length):
     return window_start(u, length, self.clip_samples, self.shift)
+
+  def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """(window, length) of a decoded clip: at `train_start(u, ...)`, or without u its centre.
+
+    Traced once per (window, shift) and process (`_traced_window`): the cold
+    pass builds it into the function every example runs.
+    """
+    if u is None:
+      return _traced_window(self.clip_samples, self.shift, False)(samples)
+    return _traced_window(self.clip_samples, self.shift, True)(samples, u)
 
   def eval_start(self, length):
     return center_start(tf.cast(length, tf.int64), self.clip_samples)
@@ -380,6 +416,46 @@ class Sampler:
     at = k * count + index
     return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
                      at if sub is None else at * 8 + sub])
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_window(n: int, shift: int, training: bool):
+  """`Sampler.decoded_window` for clips cut to `n` samples, shifted by up to `shift` in training."""
+  samples = tf.TensorSpec([None], tf.float32)
+
+  def cut(source, u=None):
+    length = tf.size(source, out_type=tf.int64)
+    start = window_start(u, length, n, shift) if training else center_start(length, n)
+    return window(source, 0, length, start, n), length
+
+  signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
+  return tf.function(cut, input_signature=signature, autograph=False)
+
+
+class Recent:
+  """The last `size` values put, by key: a bounded memo that threads may share."""
+
+  def __init__(self, size: int):
+    self._size, self._items = size, collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  def get(self, key):
+    with self._lock:
+      value = self._items.get(key)
+      if value is not None:
+        self._items.move_to_end(key)
+      return value
+
+  def put(self, key, value) -> None:
+    with self._lock:
+      self._items[key] = value
+      self._items.move_to_end(key)
+      while len(self._items) > self._size:
+        self._items.popitem(last=False)
+
+
+# `Sampler.batch`, traced, by the numbers it depends on: a process keeps a few.
+_TRACED_BATCHES = Recent(size=16)
 
 
 def _between(bounds: tuple[float, float], u: tf.Tensor) -> tf.Tensor:

@@ -110,14 +110,15 @@ def crc32(samples: np.ndarray) -> int:
   return zlib.crc32(memoryview(np.ascontiguousarray(samples)).cast("B"))
 
 
-def entry_bytes(fingerprint: str, samples: np.ndarray) -> bytes:
+def entry_chunks(fingerprint: str, samples: np.ndarray) -> tuple[memoryview, bytes]:
   """An entry file's contents: float32 samples, then the CRC-32 of the fingerprint and them.
 
   The fingerprint is in the checksum so that an entry under another file's
-  name fails it too.
+  name fails it too. The samples come as a view of `samples` (float32 from
+  the decoder: no copy), checked and written as they are.
   """
-  data = np.ascontiguousarray(samples, dtype="<f4").tobytes()
-  return data + zlib.crc32(data, zlib.crc32(fingerprint.encode())).to_bytes(4, "little")
+  data = memoryview(np.ascontiguousarray(samples, dtype="<f4")).cast("B")
+  return data, zlib.crc32(data, zlib.crc32(fingerprint.encode())).to_bytes(4, "little")
 
 
 def entry_samples(fingerprint: str, raw: np.ndarray) -> Optional[np.ndarray]:
@@ -137,12 +138,16 @@ def split_keys_match(base: str, keys: np.ndarray) -> bool:
       os.path.basename(base))
 
 
-def atomic_write(path: str, data: bytes) -> None:
-  """Writes `path` whole or not at all: a temporary file, renamed into place; removed on failure."""
+def atomic_write(path: str, *chunks: bytes) -> None:
+  """Writes `path` (`chunks`, end to end) whole or not at all: a temporary file, renamed into place.
+
+  A failed write removes its temporary file.
+  """
   tmp = temporary_name(path)
   try:
     with open(tmp, "wb") as f:
-      f.write(data)
+      for chunk in chunks:
+        f.write(chunk)
   except BaseException:
     _remove(tmp)
     raise
@@ -410,7 +415,7 @@ class Store:
     path = self.entry_path(fingerprint)
     try:
       os.makedirs(os.path.dirname(path), exist_ok=True)
-      atomic_write(path, entry_bytes(fingerprint, samples))
+      atomic_write(path, *entry_chunks(fingerprint, samples))
     except OSError as e:
       raise CacheWriteError.of(e, self.cache_dir) from e
 
