@@ -63,7 +63,8 @@ class Fill:
     self.filled = False  # Whether fill_now ran.
     self._thread: Optional[threading.Thread] = None
     self._written = threading.Event()  # Set once the writer thread wrote the split, or failed.
-    self._error_told = threading.Event()  # Set once `wait` raised the writer's error.
+    # Set once a cache write error reached the run (from `wait`, or an entry's write).
+    self._error_told = threading.Event()
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
     self._decoded: set[int] = set()  # Rows this fill decoded (or read back) already.
@@ -119,7 +120,11 @@ class Fill:
           logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
       samples = np.zeros(0, np.float32)
     _count_decodes()
-    self.store.write_entry(fp, samples)
+    try:
+      self.store.write_entry(fp, samples)
+    except store_lib.CacheWriteError:
+      self._error_told.set()  # The run ends on it: a split writer failing too need not repeat it.
+      raise
     return samples
 
   def _from_complete_split(self, row: int, fp: str) -> Optional[np.ndarray]:
