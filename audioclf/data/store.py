@@ -703,45 +703,56 @@ def prune(cache_dir: Optional[str], days: float) -> dict:
   """
   if days < 0:
     raise ValueError(f"prune days must be >= 0, got {days}")
-  cutoff = time.time() - days * 86400
-  report = collections.Counter()
+  pruner = _Pruner(cutoff=time.time() - days * 86400)
+  root = cache_dir or keys_lib.default_cache_dir()
+  for folder in (os.scandir(root) if os.path.isdir(root) else ()):
+    if folder.is_dir():
+      pruner.splits(os.path.join(folder.path, "splits"))
+      pruner.entries(os.path.join(folder.path, "entries"))
+  return {k: pruner.report[k] for k in ("removed_files", "freed_bytes", "kept_splits")}
 
-  def remove(path: str) -> None:
+
+class _Pruner:
+  """Removes the cache files of one decode folder last used before `cutoff`, counting them."""
+
+  def __init__(self, cutoff: float):
+    self.cutoff = cutoff
+    self.report = collections.Counter()
+
+  def splits(self, splits_dir: str) -> None:
+    """Each split whose marker is unused goes, marker first; files with no marker go when unused."""
+    files = collections.defaultdict(list)  # Split key -> its files.
+    for f in (os.scandir(splits_dir) if os.path.isdir(splits_dir) else ()):
+      files[f.name.split(".")[0]].append(f.path)
+    for key, paths in files.items():
+      marker = os.path.join(splits_dir, key + ".json")
+      if marker in paths:
+        if not self._unused(marker):
+          self.report["kept_splits"] += 1
+          continue
+        paths = [marker] + sorted(set(paths) - {marker})
+      for path in paths:
+        if path == marker or self._unused(path):
+          self._remove(path)
+
+  def entries(self, entries_dir: str) -> None:
+    for dirpath, _, names in os.walk(entries_dir):
+      for name in names:
+        path = os.path.join(dirpath, name)
+        if self._unused(path):
+          self._remove(path)
+
+  def _remove(self, path: str) -> None:
     try:
       size = os.path.getsize(path)
       os.remove(path)
     except FileNotFoundError:
       return  # Another process pruned it first.
-    report["removed_files"] += 1
-    report["freed_bytes"] += size
+    self.report["removed_files"] += 1
+    self.report["freed_bytes"] += size
 
-  def unused(path: str) -> bool:
+  def _unused(self, path: str) -> bool:
     try:
-      return os.path.getmtime(path) < cutoff
+      return os.path.getmtime(path) < self.cutoff
     except FileNotFoundError:
       return False  # Gone already.
-
-  root = cache_dir or keys_lib.default_cache_dir()
-  for folder in (os.scandir(root) if os.path.isdir(root) else ()):
-    if not folder.is_dir():
-      continue
-    splits = os.path.join(folder.path, "splits")
-    files = collections.defaultdict(list)  # Split key -> its files.
-    for f in (os.scandir(splits) if os.path.isdir(splits) else ()):
-      files[f.name.split(".")[0]].append(f.path)
-    for key, paths in files.items():
-      marker = os.path.join(splits, key + ".json")
-      if marker in paths:
-        if not unused(marker):
-          report["kept_splits"] += 1
-          continue
-        paths = [marker] + sorted(set(paths) - {marker})
-      for path in paths:
-        if path == marker or unused(path):
-          remove(path)
-    for dirpath, _, names in os.walk(os.path.join(folder.path, "entries")):
-      for name in names:
-        path = os.path.join(dirpath, name)
-        if unused(path):
-          remove(path)
-  return {k: report[k] for k in ("removed_files", "freed_bytes", "kept_splits")}
