@@ -189,7 +189,8 @@ def test_bench_augment_plans_a_row_per_augmentation_the_preset_adds(tmp_path):
   demo.write_text("--model=cnn\n--model_args=width=16\n--noise_prob=0.5\n--train_steps=600\n")
   preset.write_text(f"--flagfile={demo}\n--speed_perturb=0.8,1.25\n--pitch_shift_semitones=-3,3\n"
                     "--pitch_tempo_prob=0.5\n--noise_prob=0.5\n--train_steps=900\n")
-  proc = _run(["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}", f"--preset={preset}"])
+  plan = ["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}", f"--preset={preset}"]
+  proc = _run(plan + ["--nostandard_rows"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = json.loads(proc.stdout.strip().splitlines()[-1])
   base = [f"--flagfile={demo}"]
@@ -202,8 +203,17 @@ def test_bench_augment_plans_a_row_per_augmentation_the_preset_adds(tmp_path):
                   "preset_bare": [f"--flagfile={preset}", "--speed_perturb=1.0,1.0",
                                   "--pitch_shift_semitones=0.0,0.0", "--pitch_tempo_prob=1.0"],
                   "preset": [f"--flagfile={preset}"]}
-  proc = _run(["tools/bench_augment.py", "--plan", f"--demo_flagfile={demo}",
-               f"--preset={preset}", "--rows=baseline,nonsense"])
+  # By default, a row too for each augmentation the preset leaves off, at its usual settings;
+  # the preset's own keep the preset's settings, and noise (the demo's own) still has none.
+  proc = _run(plan)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  every = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert {k: v for k, v in every.items() if k in rows} == rows
+  assert every["reverb"] == base + ["--reverb_prob=0.5", "--reverb_rt60=0.2,0.8"]
+  assert every["mixup"] == base + ["--mixup_alpha=0.2"]
+  assert set(every) - set(rows) == {"tempo", "reverb", "gain", "mixup", "spec_augment",
+                                    "balanced", "label_smoothing"}
+  proc = _run(plan + ["--rows=baseline,nonsense"])
   assert proc.returncode != 0 and "nonsense" in proc.stderr
 
 

@@ -9,9 +9,11 @@ Rows, each trained with the Keras engine on this interpreter's stack, once per -
 (which sets --seed and --shuffle_seed: the weights, the order and every augmentation's draws):
 
   baseline      --demo_flagfile as it is (flags/demo.flags: today's demo recipe)
-  <name>        the demo recipe plus one augmentation of the preset alone, at the preset's own
-                settings (AUGMENTATIONS: the flags each one is; a row for each the preset turns on)
-  all           the demo recipe plus all of them: the demo's model, steps and optimizer
+  <name>        the demo recipe plus one augmentation alone (AUGMENTATIONS: the flags each one
+                is): at the preset's own settings where the preset turns it on, else at its usual
+                settings (STANDARD; --nostandard_rows leaves those rows out)
+  all           the demo recipe plus everything the preset adds to its augmentations: the
+                demo's model, steps and optimizer
   preset_bare   the control: --preset with the demo recipe's augmentation flags (its model,
                 steps, keep_best, ... without what it adds to the demo's augmentations)
   preset        --preset itself (flags/real_speech.flags: its model, steps, keep_best, ...);
@@ -62,6 +64,20 @@ AUGMENTATIONS = {
     "balanced": ("balanced_sampler", "class_weights"),
     "label_smoothing": ("label_smoothing",),
 }
+# An augmentation the preset leaves as the demo recipe has it gets its row at these usual settings
+# (the flags' help and Kaldi's, kws_streaming's and SpecAugment's papers), so the table shows what
+# each one buys, in the preset or not. Noise is the demo recipe's own: it has no row.
+STANDARD = {
+    "speed": ("--speed_perturb=0.9,1.1",),
+    "pitch": ("--pitch_shift_semitones=-2,2", "--pitch_tempo_prob=0.5"),
+    "tempo": ("--tempo_perturb=0.9,1.1", "--pitch_tempo_prob=0.5"),
+    "reverb": ("--reverb_prob=0.5", "--reverb_rt60=0.2,0.8"),
+    "gain": ("--gain_db=-6,6",),
+    "mixup": ("--mixup_alpha=0.2",),
+    "spec_augment": ("--spec_augment",),
+    "balanced": ("--balanced_sampler",),
+    "label_smoothing": ("--label_smoothing=0.1",),
+}
 FIXED = ("baseline", "all", "preset_bare", "preset")
 # The recipe closes at least this share of the baseline's gap between known and held-out voices.
 TARGET_GAP_CLOSED = 0.5
@@ -74,6 +90,9 @@ def define_flags() -> None:
                       "row adds to.")
   flags.DEFINE_list("rows", [], "Rows to run (baseline, an AUGMENTATIONS name, all, preset); "
                     "default every one.")
+  flags.DEFINE_bool("standard_rows", True, "Also a row for each augmentation the preset leaves "
+                    "off, at its usual settings (STANDARD): what each one buys, in the preset or "
+                    "not.")
   flags.DEFINE_list("seeds", ["0", "1"], "Seeds of each row: --seed and --shuffle_seed.")
   flags.DEFINE_integer("train_steps", 0, "Training steps of every run; 0: each recipe's own.")
   flags.DEFINE_string("data_dir", None, "Training data (default: the recipes' --data_dir).")
@@ -106,6 +125,8 @@ def plan() -> dict[str, list[str]]:
       settings = [preset[f].serialize() for f in group if differs(f)]
       rows[name] = rows["baseline"] + settings
       added += [s for s in settings if s not in added]
+    elif name in STANDARD and FLAGS.standard_rows:
+      rows[name] = rows["baseline"] + list(STANDARD[name])
   rows["all"] = rows["baseline"] + added
   everything = list(dict.fromkeys(f for group in AUGMENTATIONS.values() for f in group))
   others = [name for name in preset if name not in everything and differs(name)
@@ -234,7 +255,7 @@ def verdicts(summary: list[dict]) -> list[str]:
           f"{statistics.fmean(by['baseline']['weakest']):.3f}"]
 
 
-def _notes(examples: dict) -> str:
+def _notes(examples: dict, rows: dict[str, list[str]]) -> str:
   """What the table's figures are, with the clip counts behind them."""
   seeds = ", ".join(FLAGS.seeds)
   one = lambda n: f"{n} clips: one clip is {1 / n:.3f}"  # noqa: E731
@@ -246,7 +267,15 @@ def _notes(examples: dict) -> str:
           "Gap closed: of the baseline's gap between known and held-out accuracy, the share the "
           "row's held-out accuracy closes. Train s: seconds of `audioclf train` on this machine "
           "as loaded. Every row but `preset_bare` and `preset` trains the demo recipe's model and "
-          "steps.\n")
+          f"steps.{_standard_note(rows)}\n")
+
+
+def _standard_note(rows: dict[str, list[str]]) -> str:
+  """Which rows try an augmentation the preset leaves off (at its STANDARD settings)."""
+  base = rows.get("baseline", [f"--flagfile={FLAGS.demo_flagfile}"])
+  names = [name for name, settings in STANDARD.items()
+           if rows.get(name) == base + list(settings)]
+  return (f" Not in the preset, at their usual settings: {', '.join(names)}." if names else "")
 
 
 def main(argv) -> None:
@@ -263,7 +292,7 @@ def main(argv) -> None:
   summary = summarize(results, rows)
   text = table(summary)
   print(text)
-  notes = _notes(results[0]["examples"])
+  notes = _notes(results[0]["examples"], rows)
   record = {"bench": "bench_augment", "rows": summary, "runs": results,
             "preset": FLAGS.preset, "seeds": [int(s) for s in FLAGS.seeds]}
   if FLAGS.measured:
