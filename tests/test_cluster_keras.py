@@ -14,6 +14,8 @@ import tensorflow as tf
 
 from audioclf import params as params_lib
 from audioclf.model import model_dir as model_dir_lib
+from audioclf.commands import cli
+from audioclf.data.manifest import DataError
 from audioclf.engines.keras_engine import evaluation_batching
 
 
@@ -23,8 +25,9 @@ from audioclf.engines.keras_engine import evaluation_batching
 def test_evaluation_batching_gives_every_replica_a_batch_and_every_clip_once(
     clips, pipelines, replicas, batch_size):
   if clips < replicas:
-    with pytest.raises(ValueError, match="cannot be evaluated"):
+    with pytest.raises(DataError, match="cannot be evaluated") as error:
       evaluation_batching(clips, pipelines, replicas, batch_size)
+    assert cli.user_error(error.value).startswith("a split of")  # One line, no traceback.
     return
   local = replicas // pipelines
 

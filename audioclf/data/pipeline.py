@@ -123,6 +123,16 @@ def _named(params: Params, split: str) -> str:
   return f"the {split!r} split of {params.manifest or params.data_dir}"
 
 
+def _examples_of(params: Params, manifest: Manifest, split: str) -> list[manifest_lib.Example]:
+  """The split's examples; manifest_lib.DataError naming the split where it has none."""
+  examples = manifest.split(split)
+  if not examples:
+    raise manifest_lib.DataError(
+        f"{_named(params, split)} is empty "
+        f"({manifest.counts()}); add files or adjust validation/testing percentages")
+  return examples
+
+
 @dataclasses.dataclass(frozen=True)
 class _SplitRows:
   """A split as input_fn reads it: its rows, their labels, and its place in the cache.
@@ -144,11 +154,7 @@ class _SplitRows:
   @classmethod
   def of(cls, params: Params, manifest: Manifest, split: str) -> _SplitRows:
     """Raises manifest_lib.DataError where the split has no examples."""
-    examples = manifest.split(split)
-    if not examples:
-      raise manifest_lib.DataError(
-          f"{_named(params, split)} is empty "
-          f"({manifest.counts()}); add files or adjust validation/testing percentages")
+    examples = _examples_of(params, manifest, split)
     files = manifest.files(split)
     store = store_lib.Store.for_params(params)
     fingerprints = store.fingerprints.of(files)
@@ -244,9 +250,9 @@ def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
   """The clips an evaluation pass over a cached split reads: its files less those skipped as bad.
 
   Raises:
-    manifest_lib.DataError: the split is not in the cache.
+    manifest_lib.DataError: the split is empty, or not in the cache.
   """
-  examples = manifest.split(split)
+  examples = _examples_of(params, manifest, split)
   store = store_lib.Store.for_params(params)
   cached = store.open(store.split_base(store.fingerprints.of(examples)), len(examples))
   if cached is None:

@@ -13,7 +13,7 @@ from absl import logging
 
 from audioclf import compat
 from audioclf.compat import keras
-from audioclf.data.manifest import Manifest
+from audioclf.data.manifest import DataError, Manifest
 from audioclf.data.pipeline import cached_clips, element_spec, fill_cache, input_fn
 from audioclf.distributed import cluster as cluster_lib
 from audioclf.engines import keras_loop
@@ -201,10 +201,10 @@ def evaluation_batching(clips: int, pipelines: int, replicas: int,
   smaller one fits; a split of fewer clips than replicas cannot be spread.
 
   Raises:
-    ValueError: fewer clips than replicas.
+    DataError: fewer clips than replicas (a user's to fix: one line, no traceback).
   """
   if clips < replicas:
-    raise ValueError(f"a split of {clips} clips cannot be evaluated on {replicas} replicas: "
+    raise DataError(f"a split of {clips} clips cannot be evaluated on {replicas} replicas: "
                      "each needs one clip at least; use fewer workers or devices")
   local = replicas // pipelines
   shares = {clips // pipelines, -(-clips // pipelines)}
