@@ -141,7 +141,7 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
   """Each example's tempo times `rates` ([batch] > 0), its pitch kept: a phase vocoder.
 
   The short-time spectrum (Hann frames, hop half a frame) is read at
-  output frame t from input frame c + (t - c) * rate (c the centre frame):
+  output frame t from input frame c + (t - c) * rate (c the middle frame):
   magnitudes interpolated between the two frames around it, phases advanced
   frame by frame by the input's own advance there (Flanagan and Golden 1966,
   as librosa's phase_vocoder), then resynthesised by overlap-add. The clip
@@ -167,33 +167,51 @@ def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
 
 def _stretch(waves: tf.Tensor, rates: tf.Tensor, cutoff: tf.Tensor,
              frame_length: int) -> tf.Tensor:
-  n = waves.shape[-1]
+  # Time-major ([frame, row, ...]): the frames are cut by a reshape and the
+  # phases run along axis 0, with no transposes of spectra in between.
+  n, rows = waves.shape[-1], tf.shape(waves)[0]
   hop = frame_length // 2
-  # Zeros around the clip: its first and last samples get the full overlap of windows.
-  padded = tf.pad(waves, [[0, 0], [frame_length, frame_length]])
-  spectra = tf.signal.stft(padded, frame_length, hop, pad_end=True)
-  frames = spectra.shape[1]
-  centre = (frames - 1) / 2.0
-  position = centre + (tf.range(frames, dtype=tf.float32)[None, :] - centre) * rates[:, None]
+  # A hop of zeros before the clip and enough after it: every sample of the
+  # clip lies under two frames, the full overlap the inverse window assumes.
+  frames = -(-(n + hop) // hop)
+  padded = tf.pad(waves, [[0, 0], [hop, (frames + 1) * hop - n - hop]])
+  halves = tf.transpose(tf.reshape(padded, [-1, frames + 1, hop]), [1, 0, 2])
+  spectra = tf.signal.rfft(tf.concat([halves[:-1], halves[1:]], -1)
+                           * tf.signal.hann_window(frame_length))  # [frames, rows, bins].
+  centre = float(frames // 2)  # The middle frame: frame t is centred on the clip's sample t hop.
+  position = centre + (tf.range(frames, dtype=tf.float32)[:, None] - centre) * rates[None, :]
   inside = tf.cast((position >= 0.0) & (position <= frames - 1.0), tf.float32)
   before = tf.clip_by_value(tf.cast(tf.floor(position), tf.int32), 0, frames - 2)
   fraction = tf.clip_by_value(position - tf.cast(before, tf.float32), 0.0, 1.0)[..., None]
   real, imag = tf.math.real(spectra), tf.math.imag(spectra)
   magnitude = tf.sqrt(real * real + imag * imag)
-  low = tf.gather(magnitude, before, axis=1, batch_dims=1)
-  high = tf.gather(magnitude, before + 1, axis=1, batch_dims=1)
+  at = _frames_at(before)
+  low, high = at(magnitude), at(magnitude, 1)
   bins = tf.range(hop + 1, dtype=tf.float32) / hop
-  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[:, None, :]
+  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[None, :, :]
   out_magnitude = (low + fraction * (high - low)) * kept
-  cos, sin = _output_phases(real, imag, magnitude, before)
-  out = _overlap_add_halves(tf.signal.irfft(
-      tf.complex(out_magnitude * cos, out_magnitude * sin),
-      [frame_length]) * tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32))
-  return out[:, frame_length:frame_length + n]
+  cos, sin = _output_phases(real, imag, magnitude, before, at)
+  out = tf.signal.irfft(tf.complex(out_magnitude * cos, out_magnitude * sin), [frame_length])
+  out *= tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32)
+  # Overlap-add: each frame's first half meets the previous frame's second
+  # half (two pads and an add, where tf.signal.overlap_and_add takes a
+  # general path that costs several times more).
+  out = (tf.pad(out[:, :, :hop], [[0, 1], [0, 0], [0, 0]])
+         + tf.pad(out[:, :, hop:], [[1, 0], [0, 0], [0, 0]]))
+  out = tf.reshape(tf.transpose(out, [1, 0, 2]), [-1, (frames + 1) * hop])
+  return out[:, hop:hop + n]
 
 
-def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]:
-  """cos and sin of each output bin's phase: input frame before[:, 0]'s, then each frame's advance.
+def _frames_at(before: tf.Tensor):
+  """x [frames, rows, ...] -> x at frame before[t, r] + shift of row r, for each output frame t (< frames)."""
+  rows = tf.broadcast_to(tf.range(tf.shape(before)[1])[None, :], tf.shape(before))
+  indices = tf.stack([before, rows], -1)
+  return lambda x, shift=0, frames=None: tf.gather_nd(
+      x, (indices if frames is None else indices[:frames]) + [shift, 0])
+
+
+def _output_phases(real, imag, magnitude, before, at) -> tuple[tf.Tensor, tf.Tensor]:
+  """cos and sin of each output bin's phase: input frame before[0]'s, then each frame's advance.
 
   Output frame t + 1 advances on frame t by the input's advance from frame
   before[t] to before[t] + 1. Under XLA (the current stack), as a running
@@ -203,35 +221,21 @@ def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]
   matmul with a strictly lower triangle of ones (2-3x faster than tf.cumsum
   along the frame axis).
   """
-  at = lambda x, frames: tf.gather(x, frames, axis=1, batch_dims=1)  # noqa: E731
   if compat_xla.XLA:
     # A bin of no energy has phase 0, as atan2(0, 0) says.
     safe = tf.where(magnitude > 0.0, magnitude, 1.0)
     unit = tf.complex(tf.where(magnitude > 0.0, real / safe, 1.0), imag / safe)
-    advance = at(unit[:, 1:] * tf.math.conj(unit[:, :-1]), before)
-    first = at(unit, before[:, 0])
-    later = tf.scan(lambda u, a: u * a, tf.transpose(advance[:, :-1], [1, 0, 2]), first)
-    phasors = tf.concat([first[:, None], tf.transpose(later, [1, 0, 2])], 1)
+    advance = at(unit[1:] * tf.math.conj(unit[:-1]))
+    first = at(unit, frames=1)[0]
+    phasors = tf.concat([first[None], tf.scan(lambda u, a: u * a, advance[:-1], first)], 0)
     return tf.math.real(phasors), tf.math.imag(phasors)
   phase = tf.math.atan2(imag, real)
-  frames = phase.shape[1]
-  earlier = tf.constant(np.tril(np.ones([1, frames, frames], np.float32), -1))
-  out_phase = at(phase, before[:, :1]) + tf.matmul(earlier, at(phase[:, 1:] - phase[:, :-1],
-                                                               before))
+  frames = phase.shape[0]
+  earlier = tf.constant(np.tril(np.ones([frames, frames], np.float32), -1))
+  steps = at(phase[1:] - phase[:-1])
+  out_phase = at(phase, frames=1) + tf.reshape(
+      tf.matmul(earlier, tf.reshape(steps, [frames, -1])), tf.shape(steps))
   return tf.cos(out_phase), tf.sin(out_phase)
-
-
-def _overlap_add_halves(frames: tf.Tensor) -> tf.Tensor:
-  """Frames [batch, t, 2 hop] overlapped by half and added: [batch, (t + 1) hop].
-
-  Each frame's first half meets the previous frame's second half: two pads,
-  an add and a reshape, where tf.signal.overlap_and_add (inverse_stft's
-  last step) takes a general path that costs several times more.
-  """
-  t, hop = frames.shape[1], frames.shape[2] // 2
-  out = (tf.pad(frames[:, :, :hop], [[0, 0], [0, 1], [0, 0]])
-         + tf.pad(frames[:, :, hop:], [[0, 0], [1, 0], [0, 0]]))
-  return tf.reshape(out, [-1, (t + 1) * hop])
 
 
 def _rms(waves: tf.Tensor) -> tf.Tensor:
