@@ -8,7 +8,8 @@ run once per batch, after the cache: no decoding, no Python per example.
   resample      speed perturbation (tempo and pitch together), band-limited
   stretch       tempo without pitch: a phase vocoder on tf.signal.stft
   reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
-  synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir)
+  synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir),
+                  as many taps as synthetic_taps says
   noise_level   the gain of background noise (its excerpts: audioclf.data.noise)
   gain, mixup
   on_rows       a transformation of the chosen examples only
@@ -311,6 +312,22 @@ def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) 
   tail = noise * envelope * tf.cast(t > 0, tf.float32)
   tail /= tf.maximum(tf.norm(tail, axis=-1, keepdims=True), 1e-9)
   return tail + tf.one_hot(tf.zeros(tf.shape(noise)[:1], tf.int32), taps)
+
+
+def synthetic_taps(rt60_seconds: float, sample_rate: int, most: int) -> int:
+  """The taps of a synthetic response (at most `most`): until its tail's envelope is 60 dB below the direct path.
+
+  The tail (`synthetic_rirs`) holds the direct path's energy spread over its
+  decay, so it starts well below it (-30 dB for an RT60 of 0.8 s at 16 kHz)
+  and falls 60 dB below the direct path about half an RT60 in (0.40 s of
+  0.8): what follows would add less than a thousandth of the direct path's
+  amplitude, and only lengthen every reverberation's FFTs (`response_spectra`).
+  """
+  taps = max(1, min(int(most), int(np.ceil(rt60_seconds * sample_rate))))
+  envelope = np.exp(-_LN_1000 * np.arange(1, taps) / (rt60_seconds * sample_rate))
+  level = envelope / max(float(np.sqrt(np.sum(envelope ** 2))), 1e-30)  # Unit-variance noise.
+  below = np.flatnonzero(level <= 1e-3)  # below[0] is tap below[0] + 1.
+  return int(below[0]) + 1 if len(below) else taps
 
 
 def noise_level(waves: tf.Tensor, absolute: tf.Tensor, relative: tf.Tensor) -> tf.Tensor:
