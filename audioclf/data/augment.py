@@ -104,8 +104,8 @@ def resample(waves: tf.Tensor, factors: tf.Tensor,
 def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
 
-  Under XLA (the current stack), a gather from the clip with a zero each
-  side, which XLA makes one loop; as separate TensorFlow ops, its dozen
+  Under XLA (the current stack), a gather from the clip, zero outside it,
+  which XLA makes one loop; as separate TensorFlow ops, its dozen
   elementwise steps over batch x samples cost several times more, so on the
   legacy stack the same reads are ImageProjectiveTransformV3's (the kernel
   behind Keras' RandomZoom).
@@ -116,11 +116,13 @@ def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
     position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
     before = tf.floor(position)
     fraction = position - before
-    # One zero each side: a read from -1 < x < 0 or n - 1 < x < n fades to 0, as at any edge.
-    padded = tf.pad(waves, [[0, 0], [1, 1]])
-    low = tf.cast(before, tf.int32) + 1  # Its index in padded.
-    a = tf.gather(padded, tf.clip_by_value(low, 0, n + 1), batch_dims=1)
-    b = tf.gather(padded, tf.clip_by_value(low + 1, 0, n + 1), batch_dims=1)
+    low = tf.cast(before, tf.int32)
+    # Zero outside the clip: a read from -1 < x < 0 or n - 1 < x < n fades
+    # to 0, as at any edge (masks, where a padded copy of the batch would
+    # cost a pass over it).
+    sample = lambda i: tf.where((i >= 0) & (i < n), tf.gather(  # noqa: E731
+        waves, tf.clip_by_value(i, 0, n - 1), batch_dims=1), 0.0)
+    a, b = sample(low), sample(low + 1)
     return a + fraction * (b - a)
   zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
   # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
