@@ -13,12 +13,13 @@ run once per batch, after the cache: no decoding, no Python per example.
   noise_level   the gain of background noise (its excerpts: audioclf.data.noise)
   gain, mixup
   on_rows       a transformation of the chosen examples only
+  apply         a batch's augmentations (each a Step: its op and its draws) as one program
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +28,45 @@ from audioclf.compat import xla as compat_xla
 
 # 60 dB of decay is a factor 1000 in amplitude: exp(-ln(1000) t / RT60).
 _LN_1000 = math.log(1000.0)
+
+
+class Step(NamedTuple):
+  """One augmentation of a batch, for `apply`: fn(waves, *tensors, **dict(static)) -> waves.
+
+  `tensors` are its draws (and any tensor it reads, such as a bank of
+  responses), `static` the Python values it is built for, as (name, value)
+  pairs. With `labels`, fn(waves, labels, *tensors, **dict(static)) ->
+  (waves, labels): mixup's soft labels.
+  """
+  fn: Callable
+  tensors: tuple
+  static: tuple = ()
+  labels: bool = False
+
+
+def apply(waves: tf.Tensor, labels: Optional[tf.Tensor], steps) -> tuple:
+  """(waves, labels) after each of `steps` in turn: one XLA program on the current stack.
+
+  One program for all the augmentations of a batch: from one step to the
+  next XLA updates the batch in place, where a program per step costs a
+  copy of the batch and a dispatch each. Steps of the same functions and
+  static values share one compilation, whatever their draws; no steps: the
+  batch as it is.
+  """
+  if not steps:
+    return waves, labels
+  return _apply(waves, labels, tuple((s.fn, s.static, s.labels) for s in steps),
+                tuple(s.tensors for s in steps))
+
+
+@compat_xla.compiled
+def _apply(waves, labels, fns, tensors):
+  for (fn, static, with_labels), values in zip(fns, tensors):
+    if with_labels:
+      waves, labels = fn(waves, labels, *values, **dict(static))
+    else:
+      waves = fn(waves, *values, **dict(static))
+  return waves, labels
 
 
 def _next_pow2(n: int) -> int:
@@ -80,7 +120,6 @@ def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
   return tf.signal.irfft(spectrum * keep, [size])[:, :n]
 
 
-@compat_xla.compiled
 def resample(waves: tf.Tensor, factors: tf.Tensor,
              band_limited: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example played `factors` times as fast ([batch] > 0), about the clip's centre.
@@ -93,7 +132,15 @@ def resample(waves: tf.Tensor, factors: tf.Tensor,
   resampler does, but for the `band_limited` examples (bool [batch]), which
   have nothing there already (`stretch`'s cutoff).
   """
-  factors = tf.cast(factors, tf.float32)
+  return apply(waves, None, [resample_step(factors, band_limited)])[0]
+
+
+def resample_step(factors: tf.Tensor, band_limited: Optional[tf.Tensor] = None) -> Step:
+  """`resample` as a Step."""
+  return Step(_resample, (tf.cast(factors, tf.float32), band_limited))
+
+
+def _resample(waves, factors, band_limited):
   faster = factors > 1.0
   if band_limited is not None:
     faster &= tf.logical_not(band_limited)
@@ -159,11 +206,17 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
   """
   batch = tf.shape(waves)[:1]
   chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
-  cutoff = tf.ones(batch) if cutoff is None else tf.cast(cutoff, tf.float32)
-  return _stretch_rows(waves, chosen, tf.cast(rates, tf.float32), cutoff, frame_length)
+  cutoff = tf.ones(batch) if cutoff is None else cutoff
+  return apply(waves, None, [stretch_step(rates, frame_length, chosen, cutoff)])[0]
 
 
-@compat_xla.compiled
+def stretch_step(rates: tf.Tensor, frame_length: int, chosen: tf.Tensor,
+                 cutoff: tf.Tensor) -> Step:
+  """`stretch` of the `chosen` examples as a Step."""
+  return Step(_stretch_rows, (chosen, tf.cast(rates, tf.float32), tf.cast(cutoff, tf.float32)),
+              (("frame_length", int(frame_length)),))
+
+
 def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
   return on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
                   cutoff)
@@ -285,10 +338,14 @@ def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor]
   batch = tf.shape(waves)[:1]
   which = tf.range(batch[0]) if which is None else which
   chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
-  return _reverberate_rows(waves, chosen, spectra, which)
+  return apply(waves, None, [reverberate_step(spectra, which, chosen)])[0]
 
 
-@compat_xla.compiled
+def reverberate_step(spectra: tf.Tensor, which: tf.Tensor, chosen: tf.Tensor) -> Step:
+  """`reverberate` of the `chosen` examples as a Step."""
+  return Step(_reverberate_rows, (chosen, spectra, which))
+
+
 def _reverberate_rows(waves, chosen, spectra, which):
   n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
 
@@ -337,12 +394,27 @@ def noise_level(waves: tf.Tensor, absolute: tf.Tensor, relative: tf.Tensor) -> t
   return absolute + relative * tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
 
 
+def noise_step(noise: tf.Tensor, chosen: tf.Tensor, absolute: tf.Tensor,
+               relative: tf.Tensor) -> Step:
+  """`noise` [batch, samples] under the `chosen` examples at `noise_level`, as a Step."""
+  return Step(_noise_added, (noise, chosen, absolute, relative))
+
+
+def _noise_added(waves, noise, chosen, absolute, relative):
+  level = noise_level(waves, absolute, relative) * tf.cast(chosen, tf.float32)
+  return waves + level[:, None] * noise
+
+
 def gain(waves: tf.Tensor, db: tf.Tensor) -> tf.Tensor:
   """Each example scaled by its gain in dB ([batch])."""
   return waves * tf.pow(10.0, tf.cast(db, tf.float32) / 20.0)[:, None]
 
 
-@compat_xla.compiled
+def gain_step(db: tf.Tensor) -> Step:
+  """`gain` as a Step: inside the program, XLA folds it into the next pass over the batch."""
+  return Step(gain, (db,))
+
+
 def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.Tensor):
   """Each example and its (soft) label mixed with those of `partners`, in proportion `weights`.
 
@@ -350,6 +422,19 @@ def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.
   with `partners` [batch] (j for each i) and `weights` [batch] in [0, 1].
   Under XLA, one pass over the batch (the partners' rows are not copied first).
   """
+  return apply(waves, labels, [Step(_mix, (partners, weights), labels=True)])
+
+
+def mixup_step(partners: tf.Tensor, weights: tf.Tensor, classes: int) -> Step:
+  """`mixup` of examples whose labels are class ids (of `classes`) as a Step: soft labels out."""
+  return Step(_mix_classes, (partners, weights), (("classes", int(classes)),), labels=True)
+
+
+def _mix_classes(waves, labels, partners, weights, classes: int):
+  return _mix(waves, tf.one_hot(labels, classes), partners, weights)
+
+
+def _mix(waves, labels, partners, weights):
   weights = tf.cast(weights, tf.float32)[:, None]
   mix = lambda x: weights * x + (1.0 - weights) * tf.gather(x, partners)  # noqa: E731
   return mix(waves), mix(labels)
