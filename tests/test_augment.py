@@ -138,6 +138,17 @@ def test_synthetic_responses_decay_60_db_in_their_rt60():
   assert abs(_decay_db_per_second(rirs[1]) + 60 / 0.5) < 6
 
 
+def test_the_bank_cuts_a_synthetic_response_where_its_tail_is_60_db_below_the_direct_path():
+  taps = augment.synthetic_taps(0.8, SR, N)
+  assert 0.35 * SR < taps < 0.45 * SR  # About half the RT60, not all of it.
+  noise = tf.random.stateless_uniform([1, 12800], [3, 4], -3 ** 0.5, 3 ** 0.5)
+  whole = augment.synthetic_rirs(noise, tf.constant([0.8]), SR).numpy()[0]
+  around = np.sqrt(np.mean(whole[taps - 160:taps + 160] ** 2))
+  assert abs(20 * np.log10(around) + 60) < 1.5  # The direct path is 1.
+  assert np.sum(whole[taps:] ** 2) < 1e-3 * np.sum(whole[1:] ** 2)  # What is left out.
+  assert augment.synthetic_taps(0.8, SR, 4000) == 4000  # Never more than a clip.
+
+
 def test_reverberation_convolves_keeps_the_level_and_takes_its_chance():
   click = np.zeros(N, np.float32)
   click[2000] = 1.0

@@ -8,16 +8,18 @@ run once per batch, after the cache: no decoding, no Python per example.
   resample      speed perturbation (tempo and pitch together), band-limited
   stretch       tempo without pitch: a phase vocoder on tf.signal.stft
   reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
-  synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir)
+  synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir),
+                  as many taps as synthetic_taps says
   noise_level   the gain of background noise (its excerpts: audioclf.data.noise)
   gain, mixup
   on_rows       a transformation of the chosen examples only
+  apply         a batch's augmentations (each a Step: its op and its draws) as one program
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +28,45 @@ from audioclf.compat import xla as compat_xla
 
 # 60 dB of decay is a factor 1000 in amplitude: exp(-ln(1000) t / RT60).
 _LN_1000 = math.log(1000.0)
+
+
+class Step(NamedTuple):
+  """One augmentation of a batch, for `apply`: fn(waves, *tensors, **dict(static)) -> waves.
+
+  `tensors` are its draws (and any tensor it reads, such as a bank of
+  responses), `static` the Python values it is built for, as (name, value)
+  pairs. With `labels`, fn(waves, labels, *tensors, **dict(static)) ->
+  (waves, labels): mixup's soft labels.
+  """
+  fn: Callable
+  tensors: tuple
+  static: tuple = ()
+  labels: bool = False
+
+
+def apply(waves: tf.Tensor, labels: Optional[tf.Tensor], steps) -> tuple:
+  """(waves, labels) after each of `steps` in turn: one XLA program on the current stack.
+
+  One program for all the augmentations of a batch: from one step to the
+  next XLA updates the batch in place, where a program per step costs a
+  copy of the batch and a dispatch each. Steps of the same functions and
+  static values share one compilation, whatever their draws; no steps: the
+  batch as it is.
+  """
+  if not steps:
+    return waves, labels
+  return _apply(waves, labels, tuple((s.fn, s.static, s.labels) for s in steps),
+                tuple(s.tensors for s in steps))
+
+
+@compat_xla.compiled
+def _apply(waves, labels, fns, tensors):
+  for (fn, static, with_labels), values in zip(fns, tensors):
+    if with_labels:
+      waves, labels = fn(waves, labels, *values, **dict(static))
+    else:
+      waves = fn(waves, *values, **dict(static))
+  return waves, labels
 
 
 def _next_pow2(n: int) -> int:
@@ -66,19 +107,19 @@ def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.T
 def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
   """Each example with the frequencies above `cutoff` (a fraction of Nyquist, [batch]) removed.
 
-  A mask on the FFT of the clip, zero-padded to a power of two: circular, so
-  a little of a clip's end can ring into its start, which a 1 s keyword clip
-  (quiet at both ends) never shows.
+  A mask on the FFT of the clip, zero-padded to the next length FFTs handle
+  fastest (`fft_size`; 16000 itself for 1 s at 16 kHz, a fifth faster than
+  16384): circular, so a little of a clip's end can ring into its start,
+  which a 1 s keyword clip (quiet at both ends) never shows.
   """
   n = waves.shape[-1]
-  size = _next_pow2(n)
+  size = fft_size(n)
   spectrum = tf.signal.rfft(waves, [size])
   bins = tf.range(size // 2 + 1, dtype=tf.float32) / (size // 2)
   keep = tf.cast(bins[None, :] <= cutoff[:, None], tf.complex64)
   return tf.signal.irfft(spectrum * keep, [size])[:, :n]
 
 
-@compat_xla.compiled
 def resample(waves: tf.Tensor, factors: tf.Tensor,
              band_limited: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example played `factors` times as fast ([batch] > 0), about the clip's centre.
@@ -91,7 +132,15 @@ def resample(waves: tf.Tensor, factors: tf.Tensor,
   resampler does, but for the `band_limited` examples (bool [batch]), which
   have nothing there already (`stretch`'s cutoff).
   """
-  factors = tf.cast(factors, tf.float32)
+  return apply(waves, None, [resample_step(factors, band_limited)])[0]
+
+
+def resample_step(factors: tf.Tensor, band_limited: Optional[tf.Tensor] = None) -> Step:
+  """`resample` as a Step."""
+  return Step(_resample, (tf.cast(factors, tf.float32), band_limited))
+
+
+def _resample(waves, factors, band_limited):
   faster = factors > 1.0
   if band_limited is not None:
     faster &= tf.logical_not(band_limited)
@@ -102,8 +151,8 @@ def resample(waves: tf.Tensor, factors: tf.Tensor,
 def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
 
-  Under XLA (the current stack), a gather from the clip with a zero each
-  side, which XLA makes one loop; as separate TensorFlow ops, its dozen
+  Under XLA (the current stack), a gather from the clip, zero outside it,
+  which XLA makes one loop; as separate TensorFlow ops, its dozen
   elementwise steps over batch x samples cost several times more, so on the
   legacy stack the same reads are ImageProjectiveTransformV3's (the kernel
   behind Keras' RandomZoom).
@@ -114,11 +163,13 @@ def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
     position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
     before = tf.floor(position)
     fraction = position - before
-    # One zero each side: a read from -1 < x < 0 or n - 1 < x < n fades to 0, as at any edge.
-    padded = tf.pad(waves, [[0, 0], [1, 1]])
-    low = tf.cast(before, tf.int32) + 1  # Its index in padded.
-    a = tf.gather(padded, tf.clip_by_value(low, 0, n + 1), batch_dims=1)
-    b = tf.gather(padded, tf.clip_by_value(low + 1, 0, n + 1), batch_dims=1)
+    low = tf.cast(before, tf.int32)
+    # Zero outside the clip: a read from -1 < x < 0 or n - 1 < x < n fades
+    # to 0, as at any edge (masks, where a padded copy of the batch would
+    # cost a pass over it).
+    sample = lambda i: tf.where((i >= 0) & (i < n), tf.gather(  # noqa: E731
+        waves, tf.clip_by_value(i, 0, n - 1), batch_dims=1), 0.0)
+    a, b = sample(low), sample(low + 1)
     return a + fraction * (b - a)
   zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
   # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
@@ -141,7 +192,7 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
   """Each example's tempo times `rates` ([batch] > 0), its pitch kept: a phase vocoder.
 
   The short-time spectrum (Hann frames, hop half a frame) is read at
-  output frame t from input frame c + (t - c) * rate (c the centre frame):
+  output frame t from input frame c + (t - c) * rate (c the middle frame):
   magnitudes interpolated between the two frames around it, phases advanced
   frame by frame by the input's own advance there (Flanagan and Golden 1966,
   as librosa's phase_vocoder), then resynthesised by overlap-add. The clip
@@ -155,11 +206,17 @@ def stretch(waves: tf.Tensor, rates: tf.Tensor, frame_length: int,
   """
   batch = tf.shape(waves)[:1]
   chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
-  cutoff = tf.ones(batch) if cutoff is None else tf.cast(cutoff, tf.float32)
-  return _stretch_rows(waves, chosen, tf.cast(rates, tf.float32), cutoff, frame_length)
+  cutoff = tf.ones(batch) if cutoff is None else cutoff
+  return apply(waves, None, [stretch_step(rates, frame_length, chosen, cutoff)])[0]
 
 
-@compat_xla.compiled
+def stretch_step(rates: tf.Tensor, frame_length: int, chosen: tf.Tensor,
+                 cutoff: tf.Tensor) -> Step:
+  """`stretch` of the `chosen` examples as a Step."""
+  return Step(_stretch_rows, (chosen, tf.cast(rates, tf.float32), tf.cast(cutoff, tf.float32)),
+              (("frame_length", int(frame_length)),))
+
+
 def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
   return on_rows(lambda rows, r, c: _stretch(rows, r, c, frame_length), waves, chosen, rates,
                   cutoff)
@@ -167,33 +224,51 @@ def _stretch_rows(waves, chosen, rates, cutoff, frame_length: int):
 
 def _stretch(waves: tf.Tensor, rates: tf.Tensor, cutoff: tf.Tensor,
              frame_length: int) -> tf.Tensor:
-  n = waves.shape[-1]
+  # Time-major ([frame, row, ...]): the frames are cut by a reshape and the
+  # phases run along axis 0, with no transposes of spectra in between.
+  n, rows = waves.shape[-1], tf.shape(waves)[0]
   hop = frame_length // 2
-  # Zeros around the clip: its first and last samples get the full overlap of windows.
-  padded = tf.pad(waves, [[0, 0], [frame_length, frame_length]])
-  spectra = tf.signal.stft(padded, frame_length, hop, pad_end=True)
-  frames = spectra.shape[1]
-  centre = (frames - 1) / 2.0
-  position = centre + (tf.range(frames, dtype=tf.float32)[None, :] - centre) * rates[:, None]
+  # A hop of zeros before the clip and enough after it: every sample of the
+  # clip lies under two frames, the full overlap the inverse window assumes.
+  frames = -(-(n + hop) // hop)
+  padded = tf.pad(waves, [[0, 0], [hop, (frames + 1) * hop - n - hop]])
+  halves = tf.transpose(tf.reshape(padded, [-1, frames + 1, hop]), [1, 0, 2])
+  spectra = tf.signal.rfft(tf.concat([halves[:-1], halves[1:]], -1)
+                           * tf.signal.hann_window(frame_length))  # [frames, rows, bins].
+  centre = float(frames // 2)  # The middle frame: frame t is centred on the clip's sample t hop.
+  position = centre + (tf.range(frames, dtype=tf.float32)[:, None] - centre) * rates[None, :]
   inside = tf.cast((position >= 0.0) & (position <= frames - 1.0), tf.float32)
   before = tf.clip_by_value(tf.cast(tf.floor(position), tf.int32), 0, frames - 2)
   fraction = tf.clip_by_value(position - tf.cast(before, tf.float32), 0.0, 1.0)[..., None]
   real, imag = tf.math.real(spectra), tf.math.imag(spectra)
   magnitude = tf.sqrt(real * real + imag * imag)
-  low = tf.gather(magnitude, before, axis=1, batch_dims=1)
-  high = tf.gather(magnitude, before + 1, axis=1, batch_dims=1)
+  at = _frames_at(before)
+  low, high = at(magnitude), at(magnitude, 1)
   bins = tf.range(hop + 1, dtype=tf.float32) / hop
-  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[:, None, :]
+  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[None, :, :]
   out_magnitude = (low + fraction * (high - low)) * kept
-  cos, sin = _output_phases(real, imag, magnitude, before)
-  out = _overlap_add_halves(tf.signal.irfft(
-      tf.complex(out_magnitude * cos, out_magnitude * sin),
-      [frame_length]) * tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32))
-  return out[:, frame_length:frame_length + n]
+  cos, sin = _output_phases(real, imag, magnitude, before, at)
+  out = tf.signal.irfft(tf.complex(out_magnitude * cos, out_magnitude * sin), [frame_length])
+  out *= tf.signal.inverse_stft_window_fn(hop)(frame_length, tf.float32)
+  # Overlap-add: each frame's first half meets the previous frame's second
+  # half (two pads and an add, where tf.signal.overlap_and_add takes a
+  # general path that costs several times more).
+  out = (tf.pad(out[:, :, :hop], [[0, 1], [0, 0], [0, 0]])
+         + tf.pad(out[:, :, hop:], [[1, 0], [0, 0], [0, 0]]))
+  out = tf.reshape(tf.transpose(out, [1, 0, 2]), [-1, (frames + 1) * hop])
+  return out[:, hop:hop + n]
 
 
-def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]:
-  """cos and sin of each output bin's phase: input frame before[:, 0]'s, then each frame's advance.
+def _frames_at(before: tf.Tensor):
+  """x [frames, rows, ...] -> x at frame before[t, r] + shift of row r, for each output frame t (< frames)."""
+  rows = tf.broadcast_to(tf.range(tf.shape(before)[1])[None, :], tf.shape(before))
+  indices = tf.stack([before, rows], -1)
+  return lambda x, shift=0, frames=None: tf.gather_nd(
+      x, (indices if frames is None else indices[:frames]) + [shift, 0])
+
+
+def _output_phases(real, imag, magnitude, before, at) -> tuple[tf.Tensor, tf.Tensor]:
+  """cos and sin of each output bin's phase: input frame before[0]'s, then each frame's advance.
 
   Output frame t + 1 advances on frame t by the input's advance from frame
   before[t] to before[t] + 1. Under XLA (the current stack), as a running
@@ -203,35 +278,21 @@ def _output_phases(real, imag, magnitude, before) -> tuple[tf.Tensor, tf.Tensor]
   matmul with a strictly lower triangle of ones (2-3x faster than tf.cumsum
   along the frame axis).
   """
-  at = lambda x, frames: tf.gather(x, frames, axis=1, batch_dims=1)  # noqa: E731
   if compat_xla.XLA:
     # A bin of no energy has phase 0, as atan2(0, 0) says.
     safe = tf.where(magnitude > 0.0, magnitude, 1.0)
     unit = tf.complex(tf.where(magnitude > 0.0, real / safe, 1.0), imag / safe)
-    advance = at(unit[:, 1:] * tf.math.conj(unit[:, :-1]), before)
-    first = at(unit, before[:, 0])
-    later = tf.scan(lambda u, a: u * a, tf.transpose(advance[:, :-1], [1, 0, 2]), first)
-    phasors = tf.concat([first[:, None], tf.transpose(later, [1, 0, 2])], 1)
+    advance = at(unit[1:] * tf.math.conj(unit[:-1]))
+    first = at(unit, frames=1)[0]
+    phasors = tf.concat([first[None], tf.scan(lambda u, a: u * a, advance[:-1], first)], 0)
     return tf.math.real(phasors), tf.math.imag(phasors)
   phase = tf.math.atan2(imag, real)
-  frames = phase.shape[1]
-  earlier = tf.constant(np.tril(np.ones([1, frames, frames], np.float32), -1))
-  out_phase = at(phase, before[:, :1]) + tf.matmul(earlier, at(phase[:, 1:] - phase[:, :-1],
-                                                               before))
+  frames = phase.shape[0]
+  earlier = tf.constant(np.tril(np.ones([frames, frames], np.float32), -1))
+  steps = at(phase[1:] - phase[:-1])
+  out_phase = at(phase, frames=1) + tf.reshape(
+      tf.matmul(earlier, tf.reshape(steps, [frames, -1])), tf.shape(steps))
   return tf.cos(out_phase), tf.sin(out_phase)
-
-
-def _overlap_add_halves(frames: tf.Tensor) -> tf.Tensor:
-  """Frames [batch, t, 2 hop] overlapped by half and added: [batch, (t + 1) hop].
-
-  Each frame's first half meets the previous frame's second half: two pads,
-  an add and a reshape, where tf.signal.overlap_and_add (inverse_stft's
-  last step) takes a general path that costs several times more.
-  """
-  t, hop = frames.shape[1], frames.shape[2] // 2
-  out = (tf.pad(frames[:, :, :hop], [[0, 0], [0, 1], [0, 0]])
-         + tf.pad(frames[:, :, hop:], [[0, 0], [1, 0], [0, 0]]))
-  return tf.reshape(out, [-1, (t + 1) * hop])
 
 
 def _rms(waves: tf.Tensor) -> tf.Tensor:
@@ -277,10 +338,14 @@ def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor]
   batch = tf.shape(waves)[:1]
   which = tf.range(batch[0]) if which is None else which
   chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
-  return _reverberate_rows(waves, chosen, spectra, which)
+  return apply(waves, None, [reverberate_step(spectra, which, chosen)])[0]
 
 
-@compat_xla.compiled
+def reverberate_step(spectra: tf.Tensor, which: tf.Tensor, chosen: tf.Tensor) -> Step:
+  """`reverberate` of the `chosen` examples as a Step."""
+  return Step(_reverberate_rows, (chosen, spectra, which))
+
+
 def _reverberate_rows(waves, chosen, spectra, which):
   n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
 
@@ -308,9 +373,36 @@ def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) 
   return tail + tf.one_hot(tf.zeros(tf.shape(noise)[:1], tf.int32), taps)
 
 
+def synthetic_taps(rt60_seconds: float, sample_rate: int, most: int) -> int:
+  """The taps of a synthetic response (at most `most`): until its tail's envelope is 60 dB below the direct path.
+
+  The tail (`synthetic_rirs`) holds the direct path's energy spread over its
+  decay, so it starts well below it (-30 dB for an RT60 of 0.8 s at 16 kHz)
+  and falls 60 dB below the direct path about half an RT60 in (0.40 s of
+  0.8): what follows would add less than a thousandth of the direct path's
+  amplitude, and only lengthen every reverberation's FFTs (`response_spectra`).
+  """
+  taps = max(1, min(int(most), int(np.ceil(rt60_seconds * sample_rate))))
+  envelope = np.exp(-_LN_1000 * np.arange(1, taps) / (rt60_seconds * sample_rate))
+  level = envelope / max(float(np.sqrt(np.sum(envelope ** 2))), 1e-30)  # Unit-variance noise.
+  below = np.flatnonzero(level <= 1e-3)  # below[0] is tap below[0] + 1.
+  return int(below[0]) + 1 if len(below) else taps
+
+
 def noise_level(waves: tf.Tensor, absolute: tf.Tensor, relative: tf.Tensor) -> tf.Tensor:
   """The gain of each example's noise ([batch]): absolute + relative x the example's RMS."""
   return absolute + relative * tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1) + 1e-12)
+
+
+def noise_step(noise: tf.Tensor, chosen: tf.Tensor, absolute: tf.Tensor,
+               relative: tf.Tensor) -> Step:
+  """`noise` [batch, samples] under the `chosen` examples at `noise_level`, as a Step."""
+  return Step(_noise_added, (noise, chosen, absolute, relative))
+
+
+def _noise_added(waves, noise, chosen, absolute, relative):
+  level = noise_level(waves, absolute, relative) * tf.cast(chosen, tf.float32)
+  return waves + level[:, None] * noise
 
 
 def gain(waves: tf.Tensor, db: tf.Tensor) -> tf.Tensor:
@@ -318,7 +410,11 @@ def gain(waves: tf.Tensor, db: tf.Tensor) -> tf.Tensor:
   return waves * tf.pow(10.0, tf.cast(db, tf.float32) / 20.0)[:, None]
 
 
-@compat_xla.compiled
+def gain_step(db: tf.Tensor) -> Step:
+  """`gain` as a Step: inside the program, XLA folds it into the next pass over the batch."""
+  return Step(gain, (db,))
+
+
 def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.Tensor):
   """Each example and its (soft) label mixed with those of `partners`, in proportion `weights`.
 
@@ -326,6 +422,19 @@ def mixup(waves: tf.Tensor, labels: tf.Tensor, partners: tf.Tensor, weights: tf.
   with `partners` [batch] (j for each i) and `weights` [batch] in [0, 1].
   Under XLA, one pass over the batch (the partners' rows are not copied first).
   """
+  return apply(waves, labels, [Step(_mix, (partners, weights), labels=True)])
+
+
+def mixup_step(partners: tf.Tensor, weights: tf.Tensor, classes: int) -> Step:
+  """`mixup` of examples whose labels are class ids (of `classes`) as a Step: soft labels out."""
+  return Step(_mix_classes, (partners, weights), (("classes", int(classes)),), labels=True)
+
+
+def _mix_classes(waves, labels, partners, weights, classes: int):
+  return _mix(waves, tf.one_hot(labels, classes), partners, weights)
+
+
+def _mix(waves, labels, partners, weights):
   weights = tf.cast(weights, tf.float32)[:, None]
   mix = lambda x: weights * x + (1.0 - weights) * tf.gather(x, partners)  # noqa: E731
   return mix(waves), mix(labels)

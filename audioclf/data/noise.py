@@ -116,9 +116,15 @@ class Recordings:
     At absolute + relative x the row's RMS ([batch] each), and only to the
     chosen rows: copying the excerpts is most of the cost.
     """
-    return _add_excerpts(waves, chosen, self.source, self.scale, *self._places(
-        which, where, waves.shape[-1]), tf.cast(absolute, tf.float32),
-                         tf.cast(relative, tf.float32))
+    return augment.apply(waves, None, [self.add_step(chosen, which, where, absolute, relative,
+                                                     waves.shape[-1])])[0]
+
+  def add_step(self, chosen: tf.Tensor, which: tf.Tensor, where: tf.Tensor, absolute: tf.Tensor,
+               relative: tf.Tensor, n: int) -> augment.Step:
+    """`add_to` of clips of `n` samples as an augment.Step."""
+    return augment.Step(_add_excerpts, (chosen, self.source, *self._places(which, where, n),
+                                        tf.cast(absolute, tf.float32),
+                                        tf.cast(relative, tf.float32)), (("scale", self.scale),))
 
   def _places(self, which, where, n: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Each excerpt's recording's offset and length in `source`, and its start in the recording."""
@@ -129,9 +135,8 @@ class Recordings:
     return offset, length, start
 
 
-@compat_xla.compiled
-def _add_excerpts(waves, chosen, source, scale: Optional[float], offset, length, start,
-                  absolute, relative):
+def _add_excerpts(waves, chosen, source, offset, length, start, absolute, relative,
+                  scale: Optional[float]):
   n = waves.shape[-1]
 
   def add(rows, offset, length, start, absolute, relative):

@@ -273,6 +273,10 @@ class Sampler:
     clip always gets one, at a gain drawn from [0, 1). Evaluation: only the
     _silence_ clips.
     """
+    return augment_lib.apply(waves, labels, [self._noise(waves, labels, k, training)])[0]
+
+  def _noise(self, waves, labels, k, training: bool) -> augment_lib.Step:
+    """`add_noise`'s draws, as the step that adds the noise."""
     k = tf.cast(k, tf.int64)
     size = tf.shape(waves)[:1]
     stream = 1 if training else 3  # Evaluation draws apart from training's, whatever k.
@@ -289,10 +293,9 @@ class Sampler:
     absolute = tf.where(silence, tf.cast(gain, tf.float32), 0.0)
     relative = tf.where(silence, 0.0, 1.0 / (noise_rms * 10.0 ** (snr_db / 20.0)))
     if self.recordings is not None:
-      return self.recordings.add_to(waves, chosen, which, where, absolute, relative)
+      return self.recordings.add_step(chosen, which, where, absolute, relative, waves.shape[-1])
     noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
-    level = augment_lib.noise_level(waves, absolute, relative) * tf.cast(chosen, tf.float32)
-    return waves + level[:, None] * noise
+    return augment_lib.noise_step(noise, chosen, absolute, relative)
 
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
     """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
@@ -302,17 +305,16 @@ class Sampler:
     against the reverberant voice), the level (gain, after the noise so its
     SNR holds), then mixup, which mixes finished examples and their labels
     (soft labels). Evaluation gets only the noise of _silence_ clips. An
-    augmentation that is off adds no op to the graph.
+    augmentation that is off adds no op to the graph. Every draw is taken
+    first; the augmentations then run as one program (`augment.apply`).
     """
     k = tf.cast(k, tf.int64)
-    if training:
-      waves = self._reverb(self._voice(waves, k), k)
+    steps = self._voice(waves, k) + self._reverb(waves, k) if training else []
     if self.mixes(training):
-      waves = self.add_noise(waves, labels, k, training)
+      steps.append(self._noise(waves, labels, k, training))
     if training:
-      waves = self._gain(waves, k)
-      waves, labels = self._mixup(waves, labels, k)
-    return waves, labels
+      steps += self._gain(waves, k) + self._mixup(waves, k)
+    return augment_lib.apply(waves, labels, steps)
 
   def _voice_on(self) -> bool:
     return self.speed != (1.0, 1.0) or self._vocoder_on()
@@ -326,7 +328,7 @@ class Sampler:
                                                   self._key(_AUGMENT, k, sub)), num=rows)
 
   def _voice(self, waves, k):
-    """Speed (resampling: tempo and pitch), and pitch and tempo apart (a phase vocoder).
+    """The steps of speed (resampling: tempo and pitch), and of pitch and tempo apart (a vocoder).
 
     One stretch and one resampling: stretched by tempo / pitch (the tempo
     moves, the pitch stays), then resampled by speed x pitch, an example's
@@ -335,42 +337,46 @@ class Sampler:
     others take pitch and tempo 1.
     """
     if not self._voice_on():
-      return waves
+      return []
     speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
     if not self._vocoder_on():
-      return augment_lib.resample(waves, _between(self.speed, speed) * pitch)
+      return [augment_lib.resample_step(_between(self.speed, speed) * pitch)]
     chosen = pick < self.vocoder_prob
     pitch = tf.where(chosen, pitch, 1.0)
     factors = _between(self.speed, speed) * pitch
     # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
-    waves = augment_lib.stretch(waves, _between(self.tempo, tempo) / pitch,
-                                augment_lib.vocoder_frame(self.sample_rate), chosen, 1.0 / factors)
+    steps = [augment_lib.stretch_step(_between(self.tempo, tempo) / pitch,
+                                      augment_lib.vocoder_frame(self.sample_rate), chosen,
+                                      1.0 / factors)]
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
-      return waves
-    return augment_lib.resample(waves, factors, chosen)
+      return steps
+    return steps + [augment_lib.resample_step(factors, chosen)]
 
   def _reverb(self, waves, k):
-    """With chance reverb_prob, an example convolved with an impulse response of the bank.
+    """Reverberation's step: with chance reverb_prob, an example convolved with a bank's response.
 
     Only the chosen examples are convolved (the FFTs are most of the cost).
     """
     if not self.reverb_prob:
-      return waves
+      return []
     pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
     spectra = self._responses()
     count = spectra.shape[0]
     which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
-    return augment_lib.reverberate(waves, spectra, which, pick < self.reverb_prob)
+    return [augment_lib.reverberate_step(spectra, which, pick < self.reverb_prob)]
 
   def _responses(self) -> tf.Tensor:
     """The bank's spectra (augment.response_spectra), made once, outside any batch's graph.
 
     Recorded responses (`rirs`) from their direct path on, each at most a
     clip long; else SYNTHETIC_RESPONSES drawn from the seed, their RT60s
-    spread evenly over reverb_rt60 and each tail uniform noise of unit
-    variance (a third of the time of Gaussian noise, and as diffuse once it
-    is convolved). init_scope lifts the work out of the tf.data function
+    spread evenly over reverb_rt60, each tail uniform noise of unit variance
+    (a third of the time of Gaussian noise, and as diffuse once it is
+    convolved), all as long as the longest needs to fall 60 dB below its
+    direct path (augment.synthetic_taps: 6472 taps for 0.8 s at 16 kHz,
+    where the whole RT60 would take 12800, so FFTs of 22500 samples instead
+    of 28800). init_scope lifts the work out of the tf.data function
     that first asks: it runs once, eagerly (or in the caller's graph).
     """
     if self._spectra is None:
@@ -383,7 +389,7 @@ class Sampler:
       count = self.rirs.count
       which = (tf.range(count, dtype=tf.float32) + 0.5) / count
       return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
-    taps = max(1, min(self.clip_samples, int(np.ceil(max(self.rt60) * self.sample_rate))))
+    taps = augment_lib.synthetic_taps(max(self.rt60), self.sample_rate, self.clip_samples)
     count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
     key = tf.constant([self.seed * 8 + _RESPONSES, 0], tf.int64)  # One bank for every shard.
     spread = tf.random.stateless_uniform([count], key)
@@ -393,21 +399,21 @@ class Sampler:
 
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):
-      return waves
+      return []
     db = _between(self.gain_db, self._draws(3, k, 1, tf.shape(waves)[:1])[0])
-    return augment_lib.gain(waves, db)
+    return [augment_lib.gain_step(db)]
 
-  def _mixup(self, waves, labels, k):
+  def _mixup(self, waves, k):
     """Each example mixed with a partner of its batch (a drawn permutation), by Beta(a, a)."""
     if not self.mixup_alpha:
-      return waves, labels
+      return []
     size = tf.shape(waves)[:1]
     partners = tf.argsort(self._draws(4, k, 1, size)[0])
     # Beta(a, a) as the ratio of two Gamma(a) draws: one op each, keyed like every draw.
     a, b = (tf.random.stateless_gamma(size, self._key(_AUGMENT, k, sub), alpha=self.mixup_alpha)
             for sub in (5, 6))
     weights = tf.math.divide_no_nan(a, a + b)
-    return augment_lib.mixup(waves, tf.one_hot(labels, self.num_classes), partners, weights)
+    return [augment_lib.mixup_step(partners, weights, self.num_classes)]
 
   def _key(self, stream: int, k: tf.Tensor, sub: Optional[int] = None) -> tf.Tensor:
     # Streams apart by a large stride, shards by k: each draw has its own keys.
