@@ -337,7 +337,8 @@ class Params:
   keep_best: str = _field(
       "none", "Keep the checkpoint of the best validation evaluation so far in <model_dir>/best/, "
       "beside the latest: by val_accuracy (highest) or val_loss (lowest); none keeps only the "
-      "latest. evaluate, predict, export and migrate then take the best by default.",
+      "latest; a tie is broken by the other one (an equal accuracy by a lower loss). evaluate, "
+      "predict, export and migrate then take the best by default.",
       Rule(choices=("none", *BEST_METRICS)))
   early_stopping_patience: int = _field(
       0, "Stop training after this many evaluations in a row without a new best --keep_best "

@@ -57,14 +57,38 @@ def test_tracker_keeps_the_best_copy_and_counts_evaluations_since(tmp_path):
   assert (tmp_path / "best" / "model.ckpt-50.index").read_text() == "50"
 
 
-def test_higher_accuracy_is_better_and_a_tie_keeps_the_earlier(tmp_path):
-  paths = _fake_checkpoints(str(tmp_path), (1, 2, 3))
+def test_higher_accuracy_is_better_and_a_tie_goes_to_the_lower_loss(tmp_path):
+  paths = _fake_checkpoints(str(tmp_path), (1, 2, 3, 4))
   tracker = best_lib.Tracker(str(tmp_path), "val_accuracy", patience=1)
   assert tracker.update(1, {"accuracy": 0.8, "loss": 1.0}, paths[1])
-  assert tracker.update(2, {"accuracy": 0.9, "loss": 2.0}, paths[2])
+  assert tracker.update(2, {"accuracy": 0.9, "loss": 2.0}, paths[2])  # Accuracy first.
   assert not tracker.exhausted
-  assert not tracker.update(3, {"accuracy": 0.9, "loss": 0.1}, paths[3])
+  # The same accuracy at a higher loss keeps the earlier; at a lower one, it is the new best.
+  assert not tracker.update(3, {"accuracy": 0.9, "loss": 2.5}, paths[3])
   assert tracker.exhausted and tracker.summary()["step"] == 2
+  assert tracker.update(4, {"accuracy": 0.9, "loss": 0.1}, paths[4])
+  assert tracker.summary()["step"] == 4 and tracker.waited == 0
+  assert model_dir_lib.best_record(str(tmp_path))["tiebreak"] == 0.1
+
+
+def test_a_tie_on_the_loss_goes_to_the_higher_accuracy(tmp_path):
+  paths = _fake_checkpoints(str(tmp_path), (1, 2))
+  tracker = best_lib.Tracker(str(tmp_path), "val_loss")
+  assert tracker.update(1, {"accuracy": 0.5, "loss": 0.3}, paths[1])
+  assert tracker.update(2, {"accuracy": 0.6, "loss": 0.3}, paths[2])
+
+
+def test_a_record_without_a_tiebreak_keeps_its_checkpoint_on_a_tie(tmp_path):
+  # best.json as an earlier release wrote it: no tiebreak value.
+  model_dir = str(tmp_path)
+  paths = _fake_checkpoints(model_dir, (1, 2))
+  best_lib.Tracker(model_dir, "val_accuracy").update(1, {"accuracy": 0.9, "loss": 1.0}, paths[1])
+  path = tmp_path / "best" / "best.json"
+  path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items()
+                              if k != "tiebreak"}))
+  tracker = best_lib.Tracker(model_dir, "val_accuracy")
+  assert not tracker.update(2, {"accuracy": 0.9, "loss": 0.1}, paths[2])
+  assert tracker.summary()["step"] == 1
 
 
 def test_a_resume_that_would_leave_the_best_stale_is_refused(tmp_path):

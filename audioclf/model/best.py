@@ -7,7 +7,8 @@ best/best.json, holds every evaluation's value, so a resumed run knows the
 best so far and how many evaluations have passed without a better one:
 early stopping counts from it, and ends the run where the engines stop it.
 
-  {"metric": "val_accuracy", "value": 0.97, "step": 400, "checkpoint": "model.ckpt-400",
+  {"metric": "val_accuracy", "value": 0.97, "tiebreak": 0.11, "step": 400,
+   "checkpoint": "model.ckpt-400",
    "evaluations": [{"step": 200, "value": 0.91}, {"step": 400, "value": 0.97}, ...]}
 """
 
@@ -25,6 +26,10 @@ from audioclf.params import Params
 
 # A lower loss is better; a higher anything else.
 LOWER_IS_BETTER = ("val_loss",)
+# Where two evaluations tie on the metric, the other one decides: on a small validation split
+# accuracy often stays equal over many evaluations, and the later checkpoints of such a plateau
+# usually have the lower loss (and do better on data the run never saw).
+TIEBREAK = {"val_accuracy": "val_loss", "val_loss": "val_accuracy"}
 
 
 class Tracker:
@@ -50,13 +55,19 @@ class Tracker:
           f"it by {metric}: rerun with --keep_best={self.record['metric']}, or remove {self._dir} "
           "to start a new record")
 
-  def better(self, value: float) -> bool:
-    """Whether `value` beats the best so far (strictly: a tie keeps the earlier checkpoint)."""
+  def better(self, value: float, tiebreak: Optional[float] = None) -> bool:
+    """Whether `value` beats the best so far; on a tie, whether `tiebreak` (TIEBREAK's) does.
+
+    Where either tiebreak is unknown (a record of an earlier release), a tie
+    keeps the earlier checkpoint.
+    """
     if self.record is None:
       return True
-    if self.metric in LOWER_IS_BETTER:
-      return value < self.record["value"]
-    return value > self.record["value"]
+    if value != self.record["value"]:
+      return _higher(self.metric, value, self.record["value"])
+    best = self.record.get("tiebreak")
+    return (tiebreak is not None and best is not None
+            and _higher(TIEBREAK[self.metric], tiebreak, best))
 
   @property
   def waited(self) -> int:
@@ -83,13 +94,16 @@ class Tracker:
       Whether it was the best so far.
     """
     value = float(results[self.metric.removeprefix("val_")])
-    improved = self.better(value)
+    tiebreak = results.get(TIEBREAK[self.metric].removeprefix("val_"))
+    tiebreak = None if tiebreak is None else float(tiebreak)
+    improved = self.better(value, tiebreak)
     evaluations = [e for e in (self.record or {}).get("evaluations", []) if e["step"] != step]
     evaluations.append({"step": int(step), "value": value})
     if improved:
       name = (os.path.basename(checkpoint) if checkpoint
               else f"{model_dir_lib.CHECKPOINT_NAME}-{step}")
-      self.record = {"metric": self.metric, "value": value, "step": int(step), "checkpoint": name}
+      self.record = {"metric": self.metric, "value": value, "tiebreak": tiebreak,
+                     "step": int(step), "checkpoint": name}
     self.record["evaluations"] = evaluations
     if self._write and checkpoint:
       self._save(checkpoint if improved else None)
@@ -123,6 +137,11 @@ class Tracker:
     for path in tf.io.gfile.glob(os.path.join(self._dir, f"{model_dir_lib.CHECKPOINT_NAME}-*")):
       if not os.path.basename(path).startswith(keep):
         tf.io.gfile.remove(path)
+
+
+def _higher(metric: str, value: float, than: float) -> bool:
+  """Whether `value` of `metric` is better than `than`."""
+  return value < than if metric in LOWER_IS_BETTER else value > than
 
 
 def tracker(params: Params, write: bool = True) -> Optional[Tracker]:
