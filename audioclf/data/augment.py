@@ -6,7 +6,7 @@ number); nothing here draws), and returns a batch of the same shape. They
 run once per batch, after the cache: no decoding, no Python per example.
 
   resample      speed perturbation (tempo and pitch together), band-limited
-  stretch       tempo without pitch: a phase vocoder on tf.signal.stft
+  stretch       tempo without pitch: a phase vocoder (tf.signal.rfft of Hann frames)
   reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
   synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir),
                   as many taps as synthetic_taps says
