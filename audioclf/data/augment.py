@@ -6,7 +6,7 @@ number); nothing here draws), and returns a batch of the same shape. They
 run once per batch, after the cache: no decoding, no Python per example.
 
   resample      speed perturbation (tempo and pitch together), band-limited
-  stretch       tempo without pitch: a phase vocoder on tf.signal.stft
+  stretch       tempo without pitch: a phase vocoder (tf.signal.rfft of Hann frames)
   reverberate   convolution with impulse responses, by FFT (their spectra: response_spectra)
   synthetic_rirs  impulse responses made of drawn noise and RT60s (recorded ones: audioclf.data.rir),
                   as many taps as synthetic_taps says
@@ -280,8 +280,8 @@ def _output_phases(real, imag, magnitude, before, at) -> tuple[tf.Tensor, tf.Ten
   """
   if compat_xla.XLA:
     # A bin of no energy has phase 0, as atan2(0, 0) says.
-    safe = tf.where(magnitude > 0.0, magnitude, 1.0)
-    unit = tf.complex(tf.where(magnitude > 0.0, real / safe, 1.0), imag / safe)
+    inverse = 1.0 / tf.where(magnitude > 0.0, magnitude, 1.0)
+    unit = tf.complex(tf.where(magnitude > 0.0, real * inverse, 1.0), imag * inverse)
     advance = at(unit[1:] * tf.math.conj(unit[:-1]))
     first = at(unit, frames=1)[0]
     phasors = tf.concat([first[None], tf.scan(lambda u, a: u * a, advance[:-1], first)], 0)
