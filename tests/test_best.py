@@ -119,12 +119,15 @@ def test_training_keeps_the_best_and_stops_early(trained, engine, tmp_path):
   assert model_dir_lib.checkpoint_step(latest) == metrics["steps"]  # Not a step more.
   record = model_dir_lib.best_record(model_dir)
   steps = [e["step"] for e in record["evaluations"]]
-  values = [e["value"] for e in record["evaluations"]]
   assert steps == list(range(TRAIN_STEPS + 10, metrics["steps"] + 1, 10))
-  # The best is the first of the highest; each evaluation before the last improved.
-  assert record["step"] == steps[values.index(max(values))] and record["value"] == max(values)
-  assert values[-1] <= record["value"] and all(a < b for a, b in zip(values[:-2], values[1:-1]))
-  assert metrics["best"] == {"metric": "val_accuracy", "value": max(values), "step": record["step"]}
+  # Better is a higher accuracy, then (a tie) a lower loss; the first of the best is kept, and
+  # each evaluation before the last improved.
+  ranks = [(e["value"], -e["tiebreak"]) for e in record["evaluations"]]
+  best_at = ranks.index(max(ranks))
+  assert (record["step"], record["value"]) == (steps[best_at], ranks[best_at][0])
+  assert ranks[-1] <= ranks[best_at] and all(a < b for a, b in zip(ranks[:-2], ranks[1:-1]))
+  assert metrics["best"] == {"metric": "val_accuracy", "value": record["value"],
+                             "step": record["step"]}
   with open(os.path.join(model_dir, "metrics.json")) as f:
     assert json.load(f) == metrics
   best = model_dir_lib.choose_checkpoint(model_dir)

@@ -93,7 +93,8 @@ def test_the_best_checkpoint_is_carried_beside_the_last(tmp_path):
   best = model_dir_lib.choose_checkpoint(to)
   assert (best.kind, best.step) == ("best", LEGACY_STEPS)
   assert os.path.dirname(best.path) == os.path.join(to, "best")
-  assert model_dir_lib.best_record(to)["evaluations"] == [{"step": LEGACY_STEPS, "value": 0.25}]
+  assert model_dir_lib.best_record(to)["evaluations"] == [
+      {"step": LEGACY_STEPS, "value": 0.25, "tiebreak": 1.0}]
   files, expected, _ = predict_lib.load_probabilities(
       os.path.join(FIXTURES, "estimator_probabilities.npz"))
   for which in ("best", "last"):

@@ -9,7 +9,8 @@ early stopping counts from it, and ends the run where the engines stop it.
 
   {"metric": "val_accuracy", "value": 0.97, "tiebreak": 0.11, "step": 400,
    "checkpoint": "model.ckpt-400",
-   "evaluations": [{"step": 200, "value": 0.91}, {"step": 400, "value": 0.97}, ...]}
+   "evaluations": [{"step": 200, "value": 0.91, "tiebreak": 0.32},
+                   {"step": 400, "value": 0.97, "tiebreak": 0.11}, ...]}
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Tracker:
     tiebreak = None if tiebreak is None else float(tiebreak)
     improved = self.better(value, tiebreak)
     evaluations = [e for e in (self.record or {}).get("evaluations", []) if e["step"] != step]
-    evaluations.append({"step": int(step), "value": value})
+    evaluations.append({"step": int(step), "value": value, "tiebreak": tiebreak})
     if improved:
       name = (os.path.basename(checkpoint) if checkpoint
               else f"{model_dir_lib.CHECKPOINT_NAME}-{step}")
