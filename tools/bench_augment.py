@@ -272,9 +272,9 @@ def _notes(examples: dict, rows: dict[str, list[str]]) -> str:
 
 def _standard_note(rows: dict[str, list[str]]) -> str:
   """Which rows try an augmentation the preset leaves off (at its STANDARD settings)."""
-  base = rows.get("baseline", [f"--flagfile={FLAGS.demo_flagfile}"])
-  names = [name for name, settings in STANDARD.items()
-           if rows.get(name) == base + list(settings)]
+  demo, preset = recipe_flags(FLAGS.demo_flagfile), recipe_flags(FLAGS.preset)
+  names = [name for name in STANDARD if name in rows
+           and demo[AUGMENTATIONS[name][0]].value == preset[AUGMENTATIONS[name][0]].value]
   return (f" Not in the preset, at their usual settings: {', '.join(names)}." if names else "")
 
 
