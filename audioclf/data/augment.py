@@ -85,7 +85,9 @@ def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.T
   Only the chosen examples cost their FFTs, and none chosen costs none.
   Under XLA, _CHUNK rows at a time, the last chunk filled up with repeats of
   the last chosen row (the same bits, written twice); plain ops take them
-  all at once.
+  all at once. Each chunk reads its rows from the batch being updated, where
+  no chunk before wrote them: the loop carries that one batch, which XLA
+  updates in place, where reading `waves` too would cost a copy of it.
   """
   if not compat_xla.XLA:
     rows = tf.where(chosen)[:, 0]
@@ -98,7 +100,7 @@ def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.T
 
   def chunk(start, out):
     rows = tf.gather(order, tf.minimum(start + tf.range(_CHUNK), count - 1))
-    new = fn(tf.gather(waves, rows), *(tf.gather(v, rows) for v in values))
+    new = fn(tf.gather(out, rows), *(tf.gather(v, rows) for v in values))
     return start + _CHUNK, tf.tensor_scatter_nd_update(out, rows[:, None], new)
 
   return tf.while_loop(lambda start, _: start < count, chunk, (tf.constant(0), waves))[1]
