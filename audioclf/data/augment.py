@@ -74,18 +74,23 @@ def _next_pow2(n: int) -> int:
 
 
 # Rows an augmentation of chosen examples transforms at once: its shapes stay
-# static (one XLA compilation, whatever the number chosen), and few rows are
-# transformed twice.
-_CHUNK = 8
+# static (one XLA compilation per size, whatever the number chosen), and few
+# rows are transformed twice: chunks of _CHUNK, the last one of _TAIL when
+# that covers what is left.
+_CHUNK, _TAIL = 8, 4
 
 
 def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.Tensor:
   """`waves` with its `chosen` rows (bool [batch]) replaced by fn(those rows, *their `values`).
 
   Only the chosen examples cost their FFTs, and none chosen costs none.
-  Under XLA, _CHUNK rows at a time, the last chunk filled up with repeats of
-  the last chosen row (the same bits, written twice); plain ops take them
-  all at once.
+  Under XLA, _CHUNK rows at a time, the last chunk (_TAIL rows where at most
+  that many are left: 1.5 rows wasted on average, not 3.5) filled up with
+  repeats of the last chosen row (the same bits, written twice); plain ops
+  take them all at once. Each chunk reads its rows from the batch being
+  updated, where no chunk before wrote them: each loop carries that one
+  batch, which XLA updates in place, where reading `waves` too would cost a
+  copy of it.
   """
   if not compat_xla.XLA:
     rows = tf.where(chosen)[:, 0]
@@ -96,12 +101,17 @@ def on_rows(fn, waves: tf.Tensor, chosen: tf.Tensor, *values: tf.Tensor) -> tf.T
   count = tf.reduce_sum(tf.cast(chosen, tf.int32))
   order = tf.argsort(tf.cast(tf.logical_not(chosen), tf.int32), stable=True)  # Chosen first.
 
-  def chunk(start, out):
-    rows = tf.gather(order, tf.minimum(start + tf.range(_CHUNK), count - 1))
-    new = fn(tf.gather(waves, rows), *(tf.gather(v, rows) for v in values))
-    return start + _CHUNK, tf.tensor_scatter_nd_update(out, rows[:, None], new)
+  def chunks(size):
+    def chunk(start, out):
+      rows = tf.gather(order, tf.minimum(start + tf.range(size), count - 1))
+      new = fn(tf.gather(out, rows), *(tf.gather(v, rows) for v in values))
+      return start + size, tf.tensor_scatter_nd_update(out, rows[:, None], new)
+    return chunk
 
-  return tf.while_loop(lambda start, _: start < count, chunk, (tf.constant(0), waves))[1]
+  # Two loops, not a cond in one: a conditional would copy the batch at every chunk.
+  start, out = tf.while_loop(lambda start, _: count - start > _TAIL, chunks(_CHUNK),
+                             (tf.constant(0), waves))
+  return tf.while_loop(lambda start, _: start < count, chunks(_TAIL), (start, out))[1]
 
 
 def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
@@ -272,19 +282,18 @@ def _output_phases(real, imag, magnitude, before, at) -> tuple[tf.Tensor, tf.Ten
 
   Output frame t + 1 advances on frame t by the input's advance from frame
   before[t] to before[t] + 1. Under XLA (the current stack), as a running
-  product of unit phasors, frame by frame: XLA's atan2, cos and sin are
-  scalar calls, which made the whole stretch 4-5x slower. Elsewhere, as angles
-  (atan2; a tenth of tf.math.angle's time on a complex tensor), summed by one
-  matmul with a strictly lower triangle of ones (2-3x faster than tf.cumsum
-  along the frame axis).
+  product of unit phasors, frame by frame (`_running_products`): XLA's atan2,
+  cos and sin are scalar calls, which made the whole stretch 4-5x slower.
+  Elsewhere, as angles (atan2; a tenth of tf.math.angle's time on a complex
+  tensor), summed by one matmul with a strictly lower triangle of ones (2-3x
+  faster than tf.cumsum along the frame axis).
   """
   if compat_xla.XLA:
     # A bin of no energy has phase 0, as atan2(0, 0) says.
     inverse = 1.0 / tf.where(magnitude > 0.0, magnitude, 1.0)
     unit = tf.complex(tf.where(magnitude > 0.0, real * inverse, 1.0), imag * inverse)
     advance = at(unit[1:] * tf.math.conj(unit[:-1]))
-    first = at(unit, frames=1)[0]
-    phasors = tf.concat([first[None], tf.scan(lambda u, a: u * a, advance[:-1], first)], 0)
+    phasors = _running_products(at(unit, frames=1)[0], advance[:-1])
     return tf.math.real(phasors), tf.math.imag(phasors)
   phase = tf.math.atan2(imag, real)
   frames = phase.shape[0]
@@ -293,6 +302,22 @@ def _output_phases(real, imag, magnitude, before, at) -> tuple[tf.Tensor, tf.Ten
   out_phase = at(phase, frames=1) + tf.reshape(
       tf.matmul(earlier, tf.reshape(steps, [frames, -1])), tf.shape(steps))
   return tf.cos(out_phase), tf.sin(out_phase)
+
+
+def _running_products(first: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+  """[first, first steps[0], first steps[0] steps[1], ...] along axis 0: len(steps) + 1 frames.
+
+  A loop that updates its output in place, frame t from frame t - 1: the
+  same products as tf.scan's, whose accumulator is carried beside the
+  output and copied each frame (~3% of the stretch's CPU).
+  """
+  out = tf.concat([first[None], tf.zeros_like(steps)], 0)
+
+  def step(t, out):
+    return t + 1, tf.tensor_scatter_nd_update(
+        out, [[t]], (tf.gather(out, t - 1) * tf.gather(steps, t - 1))[None])
+
+  return tf.while_loop(lambda t, _: t < out.shape[0], step, (tf.constant(1), out))[1]
 
 
 def _rms(waves: tf.Tensor) -> tf.Tensor:
