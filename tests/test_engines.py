@@ -70,6 +70,27 @@ def test_engines_reach_comparable_accuracy(trained):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_copy_trains_on_and_reads_its_own_checkpoints_never_the_originals(trained, engine,
+                                                                              tmp_path):
+  # model_to_estimator's Saver lists checkpoints by absolute path: once, training a copy of an
+  # Estimator model_dir deleted the original's oldest checkpoints as its own.
+  params, _ = trained(engine)
+  before = sorted(os.listdir(params.model_dir))
+  copy = str(tmp_path / "copy")
+  shutil.copytree(params.model_dir, copy)
+  assert os.path.dirname(model_dir_lib.latest_checkpoint(copy)) == copy
+  audioclf.train(params.replace(model_dir=copy, train_steps=TRAIN_STEPS + 4 * 10,
+                                eval_every_steps=10))
+  assert sorted(os.listdir(params.model_dir)) == before
+  state = tf.train.get_checkpoint_state(copy)
+  assert len(state.all_model_checkpoint_paths) == model_dir_lib.KEEP_CHECKPOINTS
+  assert all(os.path.dirname(p) == copy for p in state.all_model_checkpoint_paths)
+  assert model_dir_lib.latest_checkpoint(copy) == os.path.join(
+      copy, f"{model_dir_lib.CHECKPOINT_NAME}-{TRAIN_STEPS + 40}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
 def test_resume_continues_the_step_count(trained, engine, tmp_path):
   params, metrics = trained(engine)
   model_dir = str(tmp_path / "model")

@@ -230,7 +230,9 @@ class _Run:
     self.params, self.manifest, self.task = params, manifest, task
     self.chief = task is None or task.is_chief
     self.estimator = _estimator(params, manifest)
-    self.latest = tf.train.latest_checkpoint(params.model_dir)
+    if self.chief:
+      model_dir_lib.localize_checkpoint_list(params.model_dir)
+    self.latest = model_dir_lib.own_latest_checkpoint(params.model_dir)
     self.start_step = model_dir_lib.checkpoint_step(self.latest) if self.latest else 0
     # Locally this process evaluates; in a cluster, the evaluator task does.
     self.best = best_lib.tracker(params, write=task is None or task.type == "evaluator")

@@ -37,6 +37,7 @@ import tempfile
 from typing import Any, Callable, Optional, Sequence
 
 import tensorflow as tf
+from google.protobuf import text_format
 
 from audioclf import compat
 from audioclf.compat import keras
@@ -48,6 +49,7 @@ LABELS_FILE = "labels.txt"
 PARAMS_FILE = "params.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_NAME = "model.ckpt"  # The Estimator's name; the Keras engine uses it too.
+CHECKPOINT_LIST = "checkpoint"  # TensorFlow's list of a folder's checkpoints, newest last.
 KEEP_CHECKPOINTS = 5  # The Estimator's default, for both engines.
 MIGRATION_KEY = "migration"  # params.json's record of what audioclf migrate carried, if any.
 STACK_KEY = "stack"  # params.json's record of the stack that wrote it: compat.stack_record().
@@ -98,7 +100,7 @@ def written_by(model_dir: str) -> dict[str, Any]:
     record = json.load(f).get(STACK_KEY)
   if record:
     return record
-  latest = tf.train.latest_checkpoint(model_dir)
+  latest = own_latest_checkpoint(model_dir)
   if latest:
     major = compat.checkpoint_keras_major(name for name, _ in tf.train.list_variables(latest))
     return {"name": compat.CURRENT_STACK if major >= 3 else compat.LEGACY_STACK,
@@ -187,7 +189,7 @@ def prepare(params: Params, labels: Sequence[str], write: bool = True) -> None:
       raise ModelDirError(
           f"{model_dir!r} was trained on labels {old_labels}, but the data now has "
           f"{list(labels)}: the output layer would mean other classes. Use a new model_dir.")
-  elif tf.train.latest_checkpoint(model_dir):
+  elif own_latest_checkpoint(model_dir):
     raise ModelDirError(f"{model_dir!r} holds checkpoints but no {PARAMS_FILE}: audioclf "
                         "cannot tell what they are. Choose a new model_dir.")
   if not write:
@@ -227,8 +229,52 @@ def summary_line(metrics: dict[str, Any]) -> str:
   return json.dumps(metrics, separators=(", ", ": "))
 
 
+def own_latest_checkpoint(model_dir: str) -> Optional[str]:
+  """The newest checkpoint model_dir's list names, found in model_dir itself; None if none.
+
+  Read by its name in model_dir: a copied Estimator model_dir's list may still
+  name the original's files by absolute path (see localize_checkpoint_list),
+  and what a command reads of a model_dir must be that folder's own.
+  """
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None or not state.model_checkpoint_path:
+    return None
+  own = os.path.join(model_dir, os.path.basename(state.model_checkpoint_path))
+  return own if tf.io.gfile.exists(f"{own}.index") else None
+
+
+def localize_checkpoint_list(model_dir: str) -> None:
+  """Rewrites <model_dir>/checkpoint so each checkpoint in model_dir is named relative to it.
+
+  The Saver of model_to_estimator's model_fn (tf.estimator's Keras bridge,
+  TF <= 2.15) writes absolute paths there. In a copy of the folder they name
+  the original's files: training the copy on deleted the original's oldest
+  checkpoints as its own (the Saver keeps five), and a read of the copy read
+  the original. Called before an Estimator trains; paths to files not in
+  model_dir are left as they are.
+  """
+  state = tf.train.get_checkpoint_state(model_dir)
+  if state is None:
+    return
+  here = os.path.abspath(model_dir)
+
+  def own(path: str) -> str:
+    name = os.path.basename(path)
+    inside = tf.io.gfile.exists(os.path.join(model_dir, f"{name}.index"))
+    return name if inside and os.path.dirname(os.path.abspath(path)) != here else path
+
+  paths = [own(p) for p in state.all_model_checkpoint_paths]
+  latest = own(state.model_checkpoint_path)
+  if latest == state.model_checkpoint_path and paths == list(state.all_model_checkpoint_paths):
+    return
+  state.model_checkpoint_path = latest
+  del state.all_model_checkpoint_paths[:]
+  state.all_model_checkpoint_paths.extend(paths)
+  _write_text(os.path.join(model_dir, CHECKPOINT_LIST), text_format.MessageToString(state))
+
+
 def latest_checkpoint(model_dir: str) -> str:
-  path = tf.train.latest_checkpoint(model_dir)
+  path = own_latest_checkpoint(model_dir)
   if not path:
     raise ModelDirError(f"{model_dir!r} holds no checkpoint yet: train first "
                         "(python -m audioclf train --model_dir=...)")
@@ -288,7 +334,7 @@ def choose_checkpoint(model_dir: str, which: str = "best") -> Chosen:
   if where == os.path.abspath(os.path.join(model_dir, BEST_DIR)):
     kind = "best"
   else:
-    latest = tf.train.latest_checkpoint(model_dir)
+    latest = own_latest_checkpoint(model_dir)
     kind = "last" if latest and os.path.abspath(latest) == os.path.abspath(which) else "path"
   return Chosen(which, kind, checkpoint_step(which))
 
