@@ -63,7 +63,7 @@ def _wait_for_chief(model_dir: str, timeout_s: float = 120.0) -> None:
   session exists.
   """
   deadline = time.monotonic() + timeout_s
-  while tf.train.latest_checkpoint(model_dir) is None and time.monotonic() < deadline:
+  while model_dir_lib.own_latest_checkpoint(model_dir) is None and time.monotonic() < deadline:
     time.sleep(0.2)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Iterator, Optional
 
 import numpy as np
@@ -213,16 +212,13 @@ def find_checkpoint(model_dir: str) -> str:
 
   The Estimator records absolute paths in its `checkpoint` file; a model_dir
   copied elsewhere still names the old ones. The same file name in model_dir
-  is then the checkpoint meant.
+  is the checkpoint meant (model_dir.own_latest_checkpoint).
 
   Raises:
     MigrationError: model_dir holds no checkpoint.
   """
-  state = tf.train.get_checkpoint_state(model_dir)
-  if state and state.model_checkpoint_path:
-    for path in (state.model_checkpoint_path,
-                 os.path.join(model_dir, os.path.basename(state.model_checkpoint_path))):
-      if tf.io.gfile.exists(f"{path}.index"):
-        return path
+  path = model_dir_lib.own_latest_checkpoint(model_dir)
+  if path:
+    return path
   raise MigrationError(f"{model_dir!r} holds no checkpoint (no `checkpoint` file naming an "
                        "existing model.ckpt-<step>.index): nothing to migrate")

@@ -181,7 +181,7 @@ def _holds_trial(path: str, trial: kt.engine.trial.Trial, params: Params) -> boo
     saved = model_dir_lib.read_params(path).replace(model_dir=params.model_dir,
                                                     tune_dir=params.tune_dir)
     return (saved_trial == trial.trial_id and saved == params
-            and tf.train.latest_checkpoint(path) is not None)
+            and model_dir_lib.own_latest_checkpoint(path) is not None)
   except (OSError, ValueError, model_dir_lib.ModelDirError):
     return False
 
