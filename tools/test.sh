@@ -12,11 +12,6 @@ cd "$ROOT"
 
 declare -A STATUS
 failed=0
-# Each stack's tmp_path folders in a folder of this run's own: pytest removes all but the newest
-# three sessions' folders under /tmp/pytest-of-$USER, and another pytest run on the machine (an
-# editor's, another checkout's) must not take this run's session fixtures away mid-run.
-BASETEMP=$(mktemp -d -t audioclf-pytest-XXXXXX)
-trap 'rm -rf "$BASETEMP"' EXIT
 # A test file runs whole in one worker (--dist loadfile): its module fixtures are made once.
 WORKERS=${AUDIOCLF_TEST_WORKERS:-$(nproc)}
 PARALLEL=()
@@ -35,8 +30,7 @@ for stack in "${STACKS[@]}"; do
     "$PYTHON" -c 'import sys, tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: '\
 'Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
       "$stack" >&2
-    "$PYTHON" -m pytest -q -rs "${PARALLEL[@]+"${PARALLEL[@]}"}" --basetemp="$BASETEMP/$stack" \
-      "$@" || rc=$?
+    "$PYTHON" -m pytest -q -rs "${PARALLEL[@]+"${PARALLEL[@]}"}" "$@" || rc=$?
   fi
   STATUS[$stack]=$rc
   [ "$rc" = 0 ] || failed=1
