@@ -29,6 +29,15 @@ if "AUDIOCLF_FINGERPRINTS" not in os.environ:
   os.environ["AUDIOCLF_FINGERPRINTS"] = os.path.join(_FINGERPRINTS_DIR, "fingerprints.sqlite3")
 
 
+def pytest_sessionstart(session):
+  # The warm interpreter that the tests' subprocesses are forked from (tests/warm.py) imports
+  # TensorFlow while the first tests run; xdist's controller runs no test, so none there.
+  config = session.config
+  if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    import warm
+    warm.start()
+
+
 def pytest_unconfigure(config):
   # The session's memo goes with it (subprocesses of the tests shared it until now).
   if _FINGERPRINTS_DIR is not None:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -25,7 +26,7 @@ LOAD = "1.0 / 1.0 / 1.0 (1 / 5 / 15 min)"
 
 def _run(args, timeout=300, **env):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
-  return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+  return warm.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=timeout)
 
 

@@ -18,6 +18,7 @@ from audioclf.model import best as best_lib
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
 from conftest import ENGINES, TRAIN_STEPS, tone
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -191,7 +192,7 @@ def test_commands_say_which_checkpoint_they_used(trained, tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
   def last_line(*args):
-    proc = subprocess.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=env,
+    proc = warm.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -17,6 +17,7 @@ import audioclf
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
+import warm
 
 
 def params_for(tmp_path, ext="wav", **kw):
@@ -43,8 +44,8 @@ def run_python(code, *args, wait=True):
   env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__) + os.pathsep +
              os.environ.get("PYTHONPATH", ""))
   if not wait:
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return warm.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  out = warm.run(cmd, env=env, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-3000:]
   return out.stdout
 
@@ -94,7 +95,7 @@ def test_prefill_command_fills_every_split_and_counts_its_decodes(tmp_path):
          f"--cache_dir={params.cache_dir}", "--validation_percent=30", "--testing_percent=30"]
   reports = []
   for _ in range(2):
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = warm.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     reports.append(json.loads(out.stdout.strip().splitlines()[-1]))
   first, second = reports

@@ -17,6 +17,7 @@ from audioclf.data import manifest
 from audioclf.model import model_dir
 from audioclf.params import ParamError, Params
 from conftest import tone
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BAD_AUDIO_IN_TF = ("Graph execution error:\n\nDetected at node PyFunc defined at (most recent call "
@@ -61,7 +62,7 @@ def run_command(verb, *args, **env):
   env = dict(os.environ, **env)
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   try:
-    proc = subprocess.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT, env=env,
+    proc = warm.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"python -m audioclf {verb} did not end in {e.timeout} s: {e.stderr!r:.3000}")
@@ -155,7 +156,7 @@ def test_a_run_that_ends_before_reading_every_file_says_its_check_is_incomplete(
   data = write_tone_dataset(tmp_path / "data", per_label=12, ext="flac")
 
   def train(steps, run):
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "audioclf", "train", f"--data_dir={data}", f"--model_dir={run}",
          f"--cache_dir={tmp_path / 'cache'}", f"--train_steps={steps}", "--batch_size=2",
          "--model_args=width=4", "--validation_percent=30", "--testing_percent=0"],

@@ -9,6 +9,7 @@ import pytest
 
 from audioclf import Params
 from audioclf import params as params_lib
+import warm
 
 pytestmark = pytest.mark.legacy_only  # The Estimator engine.
 
@@ -22,7 +23,7 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
                                keep_best="val_loss")
   flagfile = str(tmp_path / "run.flags")
   params_lib.to_flagfile(params, flagfile)
-  run = subprocess.run(
+  run = warm.run(
       [sys.executable, "-m", "audioclf", "launch", "--workers=2", "--ps=1", "--evaluator", "--",
        f"--flagfile={flagfile}"], capture_output=True, text=True, timeout=420,
       # Verbose: the evaluator's TensorFlow INFO lines say which checkpoints it evaluated.

@@ -17,6 +17,7 @@ from audioclf.model import model_dir as model_dir_lib
 from audioclf.commands import cli
 from audioclf.data.manifest import DataError
 from audioclf.engines.keras_engine import evaluation_batching
+import warm
 
 
 @pytest.mark.parametrize("clips", [1, 2, 3, 4, 5, 9, 13, 17, 31, 64, 100])
@@ -60,13 +61,13 @@ def _flagfile(params, tmp_path):
 
 
 def _launch(flagfile, workers=2, **kwargs):
-  return subprocess.Popen([sys.executable, "-m", "audioclf", "launch", f"--workers={workers}", "--",
+  return warm.Popen([sys.executable, "-m", "audioclf", "launch", f"--workers={workers}", "--",
                            f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def _evaluate(model_dir, split):
-  run = subprocess.run([sys.executable, "-m", "audioclf", "evaluate", f"--model_dir={model_dir}",
+  run = warm.run([sys.executable, "-m", "audioclf", "evaluate", f"--model_dir={model_dir}",
                         f"--split={split}"], capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   return json.loads(run.stdout.strip().splitlines()[-1])
@@ -152,7 +153,7 @@ def test_mirrored_on_three_logical_cpus(trained, tmp_path):
   path = str(tmp_path / "params.json")
   with open(path, "w") as f:
     f.write(params.to_json())
-  run = subprocess.run([sys.executable, "-c", MIRRORED, path], capture_output=True, text=True,
+  run = warm.run([sys.executable, "-c", MIRRORED, path], capture_output=True, text=True,
                        timeout=420)
   assert run.returncode == 0, run.stderr[-3000:]
   result = json.loads(run.stdout.strip().splitlines()[-1])

@@ -16,6 +16,7 @@ from audioclf import params as params_lib
 from audioclf.data import manifest as manifest_lib
 from audioclf.model import model_dir as model_dir_lib
 from conftest import ENGINES, TRAIN_STEPS, write_tone_dataset
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -183,7 +184,7 @@ def test_estimator_engine_says_which_stack_it_needs(tmp_path):
 @pytest.mark.slow
 @pytest.mark.current_only
 def test_estimator_engine_on_the_current_stack_ends_the_command_in_one_line(tmp_path):
-  proc = subprocess.run(
+  proc = warm.run(
       [sys.executable, "-m", "audioclf", "train", "--engine=estimator",
        f"--data_dir={tmp_path / 'missing'}", f"--model_dir={tmp_path / 'm'}"],
       cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -250,7 +251,7 @@ def test_cli_trains_from_a_flagfile_quietly_and_prints_json_last(tone_params, tm
   params_lib.to_flagfile(params, flagfile, header="python -m audioclf train --flagfile=tiny.flags")
 
   def run(model_dir, **env):
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-m", "audioclf", "train", f"--flagfile={flagfile}", f"--engine={engine}",
          f"--model_dir={model_dir}"],
         cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=300)

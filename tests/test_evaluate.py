@@ -15,6 +15,7 @@ from audioclf.model import model_dir as model_dir_lib
 from audioclf.deploy import predict as predict_lib
 from audioclf.deploy.predict import audio_files, center_clip, predict
 from conftest import ENGINES, ESTIMATOR_ELSE_KERAS, tone, write_tone_dataset
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -110,7 +111,7 @@ def test_evaluate_and_predict_command_lines(trained, tmp_path, engine):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
   def run(*args):
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env,
+    proc = warm.run([sys.executable, "-m", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()

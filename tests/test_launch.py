@@ -13,6 +13,7 @@ import pytest
 
 from audioclf.distributed import cluster as cluster_lib
 from audioclf.distributed import launcher
+import warm
 
 # Each task prints its TF_CONFIG's task, then behaves by its type: ps tasks
 # serve until stopped (as a real ps does), the others end with the code that
@@ -96,7 +97,7 @@ def test_launch_command_stops_its_tasks_on_sigterm(tmp_path):
   module.write_text(TASK)
   env = dict(os.environ, PIDS=str(pids), EXIT=json.dumps({"worker:0": "hang", "worker:1": "hang"}),
              PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-  launcher = subprocess.Popen([sys.executable, "-m", "audioclf", "launch", "--workers=2",
+  launcher = warm.Popen([sys.executable, "-m", "audioclf", "launch", "--workers=2",
                                "--module=hanging_task"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
   try:

@@ -27,6 +27,7 @@ from audioclf.migration import parity
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.migration.migrate import migrate
 from conftest import tone, write_tone_dataset
+import warm
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -183,7 +184,7 @@ def test_parity_report_from_saved_legacy_probabilities(tmp_path):
 @pytest.mark.current_only
 def test_migrate_command_line_prints_the_report_and_json_last(tmp_path):
   to = str(tmp_path / "migrated")
-  proc = subprocess.run(
+  proc = warm.run(
       [sys.executable, "-m", "audioclf", "migrate", f"--from_model_dir={_fixture('keras')}",
        f"--to_model_dir={to}", "--report",
        f"--legacy_probabilities={os.path.join(FIXTURES, 'keras_probabilities.npz')}",
@@ -309,7 +310,7 @@ def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_pa
 
   def step(python_, model_dir, name):
     out = str(tmp_path / f"{name}.npy")
-    proc = subprocess.run([python_, "-c", _ONE_STEP, model_dir, batch, out], env=env,
+    proc = warm.run([python_, "-c", _ONE_STEP, model_dir, batch, out], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return np.load(out)
@@ -345,7 +346,7 @@ def test_fresh_legacy_run_migrates_with_a_report_from_the_legacy_stack(tmp_path,
             "--testing_percent=25", "--learning_rate=3e-3", "--log_every_steps=5"]
 
   def run(cmd):
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = warm.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -27,6 +27,7 @@ from audioclf.migration.foreign import KERAS_FILE, RECORD_FILE, migrate_estimato
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
 from conftest import FOREIGN, write_tone_dataset
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = ("spectrogram_cnn", "frames_gru", "raw_conv")
@@ -285,7 +286,7 @@ def test_a_model_that_does_not_fit_the_data_gets_no_model_dir(tmp_path, four_ton
 def _run(args, **env):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
       p for p in (ROOT, FOREIGN, os.environ.get("PYTHONPATH")) if p), **env)
-  return subprocess.run([sys.executable, "-m", "audioclf", "migrate", *args], cwd=ROOT, env=env,
+  return warm.run([sys.executable, "-m", "audioclf", "migrate", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
 
 
@@ -322,7 +323,7 @@ def test_plain_keras_loads_the_model_without_audioclf(tmp_path):
       assert "audioclf" not in sys.modules
       print(gap, int(model.optimizer.iterations.numpy()))
       """)
-  proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "to" / KERAS_FILE),
+  proc = warm.run([sys.executable, "-c", code, str(tmp_path / "to" / KERAS_FILE),
                          fixture.parity_file], capture_output=True, text=True, timeout=300,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -15,6 +15,7 @@ from audioclf.deploy.export import export
 from audioclf.deploy import report
 from audioclf.deploy.evaluate import load_saved_model
 from conftest import ENGINES
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The 35 words of Speech Commands v2: the largest vocabulary the figure must stay legible at.
@@ -151,7 +152,7 @@ def test_evaluate_command_line_prints_the_table_then_json(trained, tmp_path):
   path = export(params.model_dir, str(tmp_path / "export"))
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   for source in (f"--model_dir={params.model_dir}", f"--saved_model={path}"):
-    proc = subprocess.run([sys.executable, "-m", "audioclf", "evaluate", source, "--split=test",
+    proc = warm.run([sys.executable, "-m", "audioclf", "evaluate", source, "--split=test",
                            f"--report_dir={tmp_path / 'report'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -17,6 +17,7 @@ from audioclf.data import decode
 from audioclf.deploy import segments
 from audioclf.deploy.segments import find_segments
 from conftest import tone
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -234,7 +235,7 @@ def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp
   sf.write(short, np.zeros(SR // 2, np.float32), SR)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   out = tmp_path / "out.csv"
-  proc = subprocess.run([sys.executable, "-m", "audioclf", "predict",
+  proc = warm.run([sys.executable, "-m", "audioclf", "predict",
                          f"--model_dir={params.model_dir}", "--hop_seconds=0.1",
                          "--background_labels=silence", f"--output={out}", path, short],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -14,6 +14,7 @@ from audioclf import params as params_lib
 from audioclf.distributed import cluster
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import pipeline
+import warm
 
 
 class _Lines:
@@ -42,7 +43,7 @@ class _Lines:
 
 
 def _start(*args):
-  proc = subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args,
+  proc = warm.Popen([sys.executable, "-m", "audioclf", "service", *args,
                            "--status_every_s=0.5", "--allow_remote_clients"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return _Lines(proc)
@@ -84,7 +85,7 @@ def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_par
 
 @pytest.mark.slow
 def test_a_worker_needs_a_dispatcher(tone_params):
-  run = subprocess.run([sys.executable, "-m", "audioclf", "service", "worker",
+  run = warm.run([sys.executable, "-m", "audioclf", "service", "worker",
                         f"--data_dir={tone_params.data_dir}", "--allow_remote_clients"],
                        capture_output=True, text=True,
                        timeout=120)
@@ -184,7 +185,7 @@ def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
 def test_sigterm_stops_a_server_between_its_status_lines():
   # Status every 60 s (the default): the signal must not wait for the next one.
   port = cluster.free_ports(1)[0]
-  lines = _Lines(subprocess.Popen([sys.executable, "-m", "audioclf", "service", "dispatcher",
+  lines = _Lines(warm.Popen([sys.executable, "-m", "audioclf", "service", "dispatcher",
                                    f"--port={port}", "--allow_remote_clients"],
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True))
@@ -245,7 +246,7 @@ def test_neither_server_starts_unless_told_that_any_host_may_reach_it(tone_param
   for role, args in (("dispatcher", []), ("worker", [f"--dispatcher=127.0.0.1:{port}",
                                                      f"--data_dir={tone_params.data_dir}",
                                                      f"--cache_dir={cache_dir}"])):
-    run = subprocess.run([sys.executable, "-m", "audioclf", "service", role, f"--port={port}",
+    run = warm.run([sys.executable, "-m", "audioclf", "service", role, f"--port={port}",
                           *args], capture_output=True, text=True, timeout=120)
     last = run.stderr.rstrip().splitlines()[-1]
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]

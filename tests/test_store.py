@@ -18,6 +18,7 @@ from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from audioclf.data import keys, store
 from conftest import tone, write_tone_dataset
+import warm
 
 
 def params_for(tmp_path, ext="wav", **kw):
@@ -111,7 +112,7 @@ def test_verify_checks_every_byte_and_unmarks_a_damaged_split(tmp_path):
   params = params_for(tmp_path, "flac")
   eval_waveforms(params)
   cmd = [sys.executable, "-m", "audioclf", "cache", f"--cache_dir={params.cache_dir}", "--verify"]
-  out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+  out = warm.run(cmd, capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr[-2000:]
   report = json.loads(out.stdout.strip().splitlines()[-1])
   assert report["splits"] == 1 and report["damaged"] == [] and report["bytes"] > 0
@@ -122,7 +123,7 @@ def test_verify_checks_every_byte_and_unmarks_a_damaged_split(tmp_path):
   with open(base + ".data", "r+b") as f:
     f.write(data)
   os.utime(base + ".data", ns=(st.st_atime_ns, st.st_mtime_ns))
-  out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+  out = warm.run(cmd, capture_output=True, text=True, timeout=120)
   assert out.returncode == 1 and "1 damaged splits" in out.stderr, out.stderr[-2000:]
   assert not os.path.exists(base + ".json")
 

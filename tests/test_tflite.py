@@ -15,6 +15,7 @@ from audioclf.model import build as models
 from audioclf.deploy import tflite
 from audioclf.compat import keras
 from conftest import ESTIMATOR_ELSE_KERAS, tone
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -123,7 +124,7 @@ def test_int8_needs_calibration_and_quantize_is_checked(trained):
 def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine):
   params, _ = trained(engine)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  proc = subprocess.run([sys.executable, "-m", "audioclf", "export", f"--model_dir={params.model_dir}",
+  proc = warm.run([sys.executable, "-m", "audioclf", "export", f"--model_dir={params.model_dir}",
                          "--format=tflite", "--quantize=none", "--quantize=dynamic",
                          f"--export_dir={tmp_path}", "--calibration_clips=16"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -25,6 +25,7 @@ from audioclf.tuning import search as tune_lib
 from audioclf.tuning import trials as trials_lib
 from audioclf.tuning import tuners as tuners_lib
 from conftest import write_tone_dataset
+import warm
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -219,7 +220,7 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
 
   # Kill the search as soon as keras-tuner has recorded the second trial as started.
   with open(tmp_path / "killed.log", "w") as log:
-    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    proc = warm.Popen(command, env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     started = os.path.join(project, "trial_1", "trial.json")
     deadline = time.monotonic() + 240
     while not os.path.exists(started) and proc.poll() is None and time.monotonic() < deadline:
@@ -229,7 +230,7 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
   assert json.load(open(started))["status"] == "RUNNING"
   first = open(os.path.join(project, "trial_0", "trial.json")).read()
 
-  done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True,
+  done = warm.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True,
                         timeout=300)
   summary = json.loads(done.stdout.strip().splitlines()[-1])
   # Only the interrupted trial ran again; the finished one was kept as it was.
@@ -237,7 +238,7 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
   assert open(os.path.join(project, "trial_0", "trial.json")).read() == first
   assert summary["decoded"] == 0  # The killed run had filled the cache.
 
-  done = subprocess.run([sys.executable, "-m", "audioclf", "train",
+  done = warm.run([sys.executable, "-m", "audioclf", "train",
                          f"--flagfile={summary['best_flags']}",
                          f"--model_dir={tmp_path / 'retrain'}", "--train_steps=2"],
                         env=env, cwd=REPO, capture_output=True, text=True, check=True,

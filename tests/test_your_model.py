@@ -17,6 +17,7 @@ import soundfile as sf
 
 from audioclf.distributed import cluster
 from conftest import ENGINES, tone, write_tone_dataset
+import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "tools", "examples")
@@ -31,7 +32,7 @@ def _env(**extra):
 def audioclf(*args, timeout=300):
   """`python -m audioclf <args>` from the repository root -> its stdout's lines; must succeed."""
   try:
-    proc = subprocess.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=_env(),
+    proc = warm.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"audioclf {args[0]} did not end in {e.timeout} s: {e.stderr!r:.3000}")
@@ -121,7 +122,7 @@ def test_trains_from_a_tf_data_service(data_flags, tmp_path):
   flagfile = tmp_path / "data.flags"
   flagfile.write_text("\n".join(flags) + "\n")
   port, worker_port = cluster.free_ports(2)
-  servers = [subprocess.Popen([sys.executable, "-m", "audioclf", "service", *args,
+  servers = [warm.Popen([sys.executable, "-m", "audioclf", "service", *args,
                                "--allow_remote_clients"], cwd=ROOT, env=_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for args in (["dispatcher", f"--port={port}"],
