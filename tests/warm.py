@@ -39,10 +39,12 @@ ENABLED = os.environ.get("AUDIOCLF_TEST_FORK", "1") != "0" and hasattr(os, "pidf
 PRELOAD = ("numpy", "soundfile", "tensorflow", "keras")
 # Variables read while Python, TensorFlow or its libraries start (or while audioclf decides how
 # quiet TensorFlow's import is): a request whose value differs from the server's runs plainly.
-# TF_CONFIG is read later, by the cluster code, so it may differ.
+# TF_CONFIG is read later, by the cluster code, so it may differ; a forked process takes
+# PYTHONPATH into sys.path itself. scikit-learn and joblib set two KMP_ ones when first imported
+# (into whichever process imports them), read only by Intel's OpenMP, which nothing here loads.
 _AT_START = re.compile(r"(TF_|XLA_|OMP_|KMP_|MKL|OPENBLAS|CUDA|NVIDIA|LD_|MALLOC|GRPC|ABSL|"
                        r"KERAS|TPU|PYTHON|AUDIOCLF_VERBOSE$)")
-_LATER = {"TF_CONFIG", "PYTHONPATH"}
+_LATER = {"TF_CONFIG", "PYTHONPATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"}
 _STATUS = struct.Struct("!q")
 
 

@@ -54,18 +54,32 @@ def verbose(argv: Sequence[str] = ()) -> bool:
 
 
 def start_tensorflow(argv: Sequence[str] = ()) -> None:
-  """Imports TensorFlow (and Keras) with their start-up chatter dropped, unless verbose."""
-  if verbose(argv) or "tensorflow" in sys.modules:
+  """Imports TensorFlow (and Keras) with their start-up chatter dropped, unless verbose.
+
+  Where the process imported TensorFlow already (a script that calls a
+  command's `run`), its later Python records and Keras' warnings are
+  quieted all the same.
+  """
+  if verbose(argv):
     import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     return
   # TensorFlow's C++ INFO and WARNING lines after start-up (graph passes, session notes).
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  if "tensorflow" not in sys.modules:
+    _import_without_chatter()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel("ERROR")
+  warnings.filterwarnings("ignore", category=UserWarning, module=r"keras(\.|$)")
+
+
+def _import_without_chatter() -> None:
+  """Imports TensorFlow and Keras with file descriptor 2 captured, and replays it without _CHATTER."""
   with tempfile.TemporaryFile(mode="w+b") as capture:
     sys.stderr.flush()
     saved = os.dup(2)
     os.dup2(capture.fileno(), 2)
     try:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
       import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     finally:
       sys.stderr.flush()
@@ -75,8 +89,6 @@ def start_tensorflow(argv: Sequence[str] = ()) -> None:
       kept = [line for line in capture.read().decode(errors="replace").splitlines(True)
               if not _CHATTER.search(line)]
       sys.stderr.write("".join(kept))
-  tf.get_logger().setLevel("ERROR")
-  warnings.filterwarnings("ignore", category=UserWarning, module=r"keras(\.|$)")
 
 
 class _OwnLines(logging.Filter):
