@@ -7,14 +7,15 @@ larger part of the suite's time. `run` and `Popen` take subprocess's
 arguments. Where the command is this interpreter with `-m` or `-c`, and the
 environment changes nothing TensorFlow reads while it starts, the process is
 forked from a server (one per test process, `python tests/warm.py`) that
-imported numpy, soundfile, TensorFlow and Keras, ran no op and started no
-thread of its own; anything else runs as a plain subprocess. A forked process
-is the command's own in every way a test can see: its pid (signals go
-straight to it), argv, environment, working folder, standard streams,
-session, exit status, and a normal interpreter exit (atexit hooks,
-finalization); only its parent is the server, which reports its status back.
+imported numpy, soundfile, TensorFlow and Keras and ran no TensorFlow op;
+anything else runs as a plain subprocess. A forked process is the
+command's own in every way a test can see: its pid (signals go straight to
+it), argv, environment, working folder, standard streams, session, exit
+status, and a normal interpreter exit (atexit hooks, finalization); only its
+parent is the server, which reports its status back.
 
-AUDIOCLF_TEST_FORK=0 runs every one as a plain subprocess.
+AUDIOCLF_TEST_FORK=0 runs every one as a plain subprocess;
+AUDIOCLF_TEST_FORK_LOG=FILE says in FILE why a command ran as one.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -96,6 +98,7 @@ class _Server:
       except subprocess.TimeoutExpired:
         self.proc.kill()
     self._log.close()
+    shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
 _SERVER = None

@@ -73,7 +73,7 @@ def start_tensorflow(argv: Sequence[str] = ()) -> None:
 
 
 def _import_without_chatter() -> None:
-  """Imports TensorFlow and Keras with file descriptor 2 captured, and replays it without _CHATTER."""
+  """Imports TensorFlow and Keras with fd 2 captured, and replays it without _CHATTER."""
   with tempfile.TemporaryFile(mode="w+b") as capture:
     sys.stderr.flush()
     saved = os.dup(2)
