@@ -14,6 +14,9 @@ it), argv, environment, working folder, standard streams, session, exit
 status, and a normal interpreter exit (atexit hooks, finalization); only its
 parent is the server, which reports its status back.
 
+A program that a test runs and that starts `python` itself can fork its
+commands too: `python tests/warm.py --client ...` in place of `python ...`
+(`client`; tests/test_docs.py gives check_docs such a venv python).
 AUDIOCLF_TEST_FORK=0 runs every one as a plain subprocess;
 AUDIOCLF_TEST_FORK_LOG=FILE says in FILE why a command ran as one.
 """
@@ -35,6 +38,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from typing import Optional
 
 ENABLED = os.environ.get("AUDIOCLF_TEST_FORK", "1") != "0" and hasattr(os, "pidfd_open")
 # What the server imports before it serves: the heavy part of every command's start.
@@ -101,8 +105,22 @@ class _Server:
     shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
+class _Remote:
+  """Another process's server, which `client` forks from: its socket and variables."""
+
+  def __init__(self, path: str):
+    self.path = path
+    with open(path + ".env", encoding="utf-8") as f:
+      self.env = json.load(f)
+
+  def ready(self) -> bool:
+    return True
+
+
 _SERVER = None
 _SERVER_LOCK = threading.Lock()
+# Where `client` finds the server to fork from: set by a test for the programs it runs.
+SOCKET_ENV = "AUDIOCLF_TEST_FORK_SOCKET"
 
 
 def start() -> None:
@@ -261,6 +279,8 @@ def _serve(path: str):
   selector.register(listener, selectors.EVENT_READ)
   selector.register(sys.stdin, selectors.EVENT_READ)
   children = {}  # pidfd -> (pid, connection)
+  with open(path + ".env", "w", encoding="utf-8") as f:
+    json.dump(dict(os.environ), f)
   sys.stdout.write(f"ready {json.dumps(dict(os.environ))}\n")
   sys.stdout.flush()
   while True:
@@ -320,7 +340,33 @@ def _become(request: dict, fds) -> None:
   sys.argv = [request["option"], *request["argv"]]
 
 
+def socket_path() -> Optional[str]:
+  """This process's server's socket, for programs a test runs (SOCKET_ENV); None without one."""
+  start()
+  return _SERVER.path if _SERVER is not None and _SERVER.ready() else None
+
+
+def client(argv) -> int:
+  """`python tests/warm.py --client ARGS...`: `python ARGS...`, forked from SOCKET_ENV's server.
+
+  For a program that runs `python` itself (tools/check_docs.py, given this as
+  a venv's python): its signals are passed on, its status is the command's.
+  """
+  global _SERVER  # pylint: disable=global-statement
+  _SERVER = _Remote(os.environ[SOCKET_ENV])
+  proc = Popen([sys.executable, *argv])
+  for number in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(number, lambda number, _: proc.send_signal(number))
+  code = proc.wait()
+  if code < 0:  # Killed by a signal: so is this process.
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+  return code
+
+
 def _main() -> None:
+  if sys.argv[1] == "--client":
+    sys.exit(client(sys.argv[2:]))
   served = _serve(sys.argv[1])
   if served is None:
     return
