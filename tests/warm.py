@@ -178,12 +178,15 @@ class Popen(subprocess.Popen):
       return super()._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd,
                                     env, startupinfo, creationflags, shell, p2cread, p2cwrite,
                                     c2pread, c2pwrite, errread, errwrite, *rest)
-    streams = [fd if fd != -1 else default for fd, default in
+    streams = [fd if fd != -1 else _open_or_null(default) for fd, default in
                ((p2cread, 0), (c2pwrite, 1), (errwrite, 2))]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(_SERVER.path)
     socket.send_fds(conn, [json.dumps(self._warm).encode()], streams)
     conn.shutdown(socket.SHUT_WR)
+    for fd in streams:
+      if fd not in (p2cread, c2pwrite, errwrite, 0, 1, 2):
+        os.close(fd)
     pid = _receive_status(conn, block=True)
     if pid is None:
       conn.close()
@@ -214,6 +217,15 @@ class Popen(subprocess.Popen):
       finally:
         self._waitpid_lock.release()
     return self.returncode
+
+
+def _open_or_null(fd: int) -> int:
+  """`fd` where this process has it open (the child inherits it), else a new /dev/null."""
+  try:
+    os.fstat(fd)
+    return fd
+  except OSError:
+    return os.open(os.devnull, os.O_RDWR)
 
 
 def _receive_status(conn, block: bool):
