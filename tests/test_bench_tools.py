@@ -27,7 +27,7 @@ LOAD = "1.0 / 1.0 / 1.0 (1 / 5 / 15 min)"
 def _run(args, timeout=300, **env):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
   return warm.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=timeout)
+                  text=True, timeout=timeout)
 
 
 @pytest.fixture

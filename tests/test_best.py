@@ -193,7 +193,7 @@ def test_commands_say_which_checkpoint_they_used(trained, tmp_path):
 
   def last_line(*args):
     proc = warm.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                    capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

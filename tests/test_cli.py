@@ -63,7 +63,7 @@ def run_command(verb, *args, **env):
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
   try:
     proc = warm.run([sys.executable, "-m", "audioclf", verb, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                    capture_output=True, text=True, timeout=300)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"python -m audioclf {verb} did not end in {e.timeout} s: {e.stderr!r:.3000}")
   return proc.returncode, proc.stderr

@@ -62,13 +62,13 @@ def _flagfile(params, tmp_path):
 
 def _launch(flagfile, workers=2, **kwargs):
   return warm.Popen([sys.executable, "-m", "audioclf", "launch", f"--workers={workers}", "--",
-                           f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, **kwargs)
+                     f"--flagfile={flagfile}"], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 def _evaluate(model_dir, split):
   run = warm.run([sys.executable, "-m", "audioclf", "evaluate", f"--model_dir={model_dir}",
-                        f"--split={split}"], capture_output=True, text=True, timeout=300)
+                  f"--split={split}"], capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-2000:]
   return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -154,7 +154,7 @@ def test_mirrored_on_three_logical_cpus(trained, tmp_path):
   with open(path, "w") as f:
     f.write(params.to_json())
   run = warm.run([sys.executable, "-c", MIRRORED, path], capture_output=True, text=True,
-                       timeout=420)
+                 timeout=420)
   assert run.returncode == 0, run.stderr[-3000:]
   result = json.loads(run.stdout.strip().splitlines()[-1])
   assert result["replicas"] == 3

@@ -26,7 +26,9 @@ STAND_IN = ("--batch_size=16", "--clip_seconds=0.5")
 
 def _sandbox(root) -> str:
   for name in LINKED:
-    if os.path.exists(os.path.join(ROOT, name)) and not (name == ".venv" and _warm_venv(root)):
+    if name == ".venv" and _warm_venv(root):
+      continue
+    if os.path.exists(os.path.join(ROOT, name)):
       os.symlink(os.path.join(ROOT, name), root / name)
   _stand_in_presets(root / "flags")
   words = root / "data" / "speech_words"

@@ -112,7 +112,7 @@ def test_evaluate_and_predict_command_lines(trained, tmp_path, engine):
 
   def run(*args):
     proc = warm.run([sys.executable, "-m", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                    capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip().splitlines()
 

@@ -225,7 +225,7 @@ def test_ctrl_c_while_flac_files_decode_ends_the_process_at_once(tmp_path):
   def one(i):
     try:
       return warm.run(cmd + [str(tmp_path / f"cache{i}")], capture_output=True, text=True,
-                            timeout=SIGNAL_TIMEOUT_S)
+                      timeout=SIGNAL_TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
       return subprocess.CompletedProcess(cmd, "timeout", "", str(e.stderr or ""))
   with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -253,7 +253,7 @@ def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_re
     train.run(["train", *sys.argv[1:]])
   """)
   proc = warm.Popen([sys.executable, "-c", script, *flags], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+                    stderr=subprocess.PIPE, text=True)
   try:
     # Ctrl-C once the cold epoch has decoded a few files.
     deadline = time.monotonic() + SIGNAL_TIMEOUT_S
@@ -269,10 +269,10 @@ def test_ctrl_c_in_a_cold_flac_training_run_ends_it_in_one_line_and_the_rerun_re
   assert "Traceback" not in stderr, stderr[-3000:]
   # The rerun finishes the run, and the cache it leaves passes every check.
   rerun = warm.run([sys.executable, "-m", "audioclf", "train", *flags], capture_output=True,
-                         text=True, timeout=300)
+                   text=True, timeout=300)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   check = warm.run([sys.executable, "-m", "audioclf", "cache", f"--cache_dir={cache_dir}",
-                          "--verify"], capture_output=True, text=True, timeout=300)
+                    "--verify"], capture_output=True, text=True, timeout=300)
   assert check.returncode == 0 and '"damaged": []' in check.stdout, check.stderr[-3000:]
 
 

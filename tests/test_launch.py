@@ -98,8 +98,8 @@ def test_launch_command_stops_its_tasks_on_sigterm(tmp_path):
   env = dict(os.environ, PIDS=str(pids), EXIT=json.dumps({"worker:0": "hang", "worker:1": "hang"}),
              PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
   launcher = warm.Popen([sys.executable, "-m", "audioclf", "launch", "--workers=2",
-                               "--module=hanging_task"], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+                         "--module=hanging_task"], env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
   try:
     deadline = time.monotonic() + 60
     while len(list(pids.iterdir())) < 2:

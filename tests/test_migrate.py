@@ -311,7 +311,7 @@ def test_the_next_step_is_the_one_the_legacy_optimizer_would_take(engine, tmp_pa
   def step(python_, model_dir, name):
     out = str(tmp_path / f"{name}.npy")
     proc = warm.run([python_, "-c", _ONE_STEP, model_dir, batch, out], env=env,
-                          capture_output=True, text=True, timeout=300)
+                    capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return np.load(out)
 

@@ -287,7 +287,7 @@ def _run(args, **env):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
       p for p in (ROOT, FOREIGN, os.environ.get("PYTHONPATH")) if p), **env)
   return warm.run([sys.executable, "-m", "audioclf", "migrate", *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
+                  capture_output=True, text=True, timeout=600)
 
 
 @pytest.mark.slow
@@ -324,8 +324,8 @@ def test_plain_keras_loads_the_model_without_audioclf(tmp_path):
       print(gap, int(model.optimizer.iterations.numpy()))
       """)
   proc = warm.run([sys.executable, "-c", code, str(tmp_path / "to" / KERAS_FILE),
-                         fixture.parity_file], capture_output=True, text=True, timeout=300,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                   fixture.parity_file], capture_output=True, text=True, timeout=300,
+                  env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   gap, step = proc.stdout.split()
   assert float(gap) <= TOLERANCE and int(step) == STEPS

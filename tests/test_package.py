@@ -138,15 +138,15 @@ def test_installed_console_script_answers_help(script):
   # The venv's own script, as a user runs it after `pip install`: it exists and imports.
   path = os.path.join(os.path.dirname(sys.executable), script)
   assert os.path.isfile(path), f"{script} is not installed in {sys.prefix}: reinstall audioclf"
-  out = warm.run([path, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+  out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert out.returncode == 0, out.stderr[-2000:]
   assert "usage" in out.stdout.lower() or "flags" in out.stdout.lower(), out.stdout[-2000:]
 
 
 def test_python_m_audioclf_lists_the_commands_and_refuses_an_unknown_one():
   listed = warm.run([sys.executable, "-m", "audioclf"], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+                    timeout=60, cwd=ROOT)
   assert listed.returncode == 2 and all(name in listed.stdout for name in commands.COMMANDS)
   wrong = warm.run([sys.executable, "-m", "audioclf", "trian"], capture_output=True,
-                         text=True, timeout=60, cwd=ROOT)
+                   text=True, timeout=60, cwd=ROOT)
   assert wrong.returncode == 2 and "no command 'trian'" in wrong.stderr

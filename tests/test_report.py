@@ -153,8 +153,8 @@ def test_evaluate_command_line_prints_the_table_then_json(trained, tmp_path):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   for source in (f"--model_dir={params.model_dir}", f"--saved_model={path}"):
     proc = warm.run([sys.executable, "-m", "audioclf", "evaluate", source, "--split=test",
-                           f"--report_dir={tmp_path / 'report'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                     f"--report_dir={tmp_path / 'report'}"],
+                    cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert any(line.split()[:1] == ["weighted"] for line in lines)

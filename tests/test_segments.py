@@ -236,9 +236,9 @@ def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   out = tmp_path / "out.csv"
   proc = warm.run([sys.executable, "-m", "audioclf", "predict",
-                         f"--model_dir={params.model_dir}", "--hop_seconds=0.1",
-                         "--background_labels=silence", f"--output={out}", path, short],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                   f"--model_dir={params.model_dir}", "--hop_seconds=0.1",
+                   "--background_labels=silence", f"--output={out}", path, short],
+                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = [line.split("\t") for line in proc.stdout.strip().splitlines()]
   summary = json.loads(proc.stdout.strip().splitlines()[-1])  # Last, as every command's.

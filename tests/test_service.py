@@ -44,8 +44,8 @@ class _Lines:
 
 def _start(*args):
   proc = warm.Popen([sys.executable, "-m", "audioclf", "service", *args,
-                           "--status_every_s=0.5", "--allow_remote_clients"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     "--status_every_s=0.5", "--allow_remote_clients"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   return _Lines(proc)
 
 
@@ -86,9 +86,9 @@ def test_worker_fills_its_cache_then_registers_and_both_stop_on_sigterm(tone_par
 @pytest.mark.slow
 def test_a_worker_needs_a_dispatcher(tone_params):
   run = warm.run([sys.executable, "-m", "audioclf", "service", "worker",
-                        f"--data_dir={tone_params.data_dir}", "--allow_remote_clients"],
-                       capture_output=True, text=True,
-                       timeout=120)
+                  f"--data_dir={tone_params.data_dir}", "--allow_remote_clients"],
+                 capture_output=True, text=True,
+                 timeout=120)
   assert run.returncode != 0 and "--dispatcher=host:port" in run.stderr
 
 
@@ -186,9 +186,9 @@ def test_sigterm_stops_a_server_between_its_status_lines():
   # Status every 60 s (the default): the signal must not wait for the next one.
   port = cluster.free_ports(1)[0]
   lines = _Lines(warm.Popen([sys.executable, "-m", "audioclf", "service", "dispatcher",
-                                   f"--port={port}", "--allow_remote_clients"],
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True))
+                             f"--port={port}", "--allow_remote_clients"],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True))
   try:
     lines.wait_for("listening")
     start = time.monotonic()
@@ -247,7 +247,7 @@ def test_neither_server_starts_unless_told_that_any_host_may_reach_it(tone_param
                                                      f"--data_dir={tone_params.data_dir}",
                                                      f"--cache_dir={cache_dir}"])):
     run = warm.run([sys.executable, "-m", "audioclf", "service", role, f"--port={port}",
-                          *args], capture_output=True, text=True, timeout=120)
+                    *args], capture_output=True, text=True, timeout=120)
     last = run.stderr.rstrip().splitlines()[-1]
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-3000:]
     assert last.startswith(f"audioclf: error: a tf.data service {role} starts only with "

@@ -125,9 +125,9 @@ def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine)
   params, _ = trained(engine)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = warm.run([sys.executable, "-m", "audioclf", "export", f"--model_dir={params.model_dir}",
-                         "--format=tflite", "--quantize=none", "--quantize=dynamic",
-                         f"--export_dir={tmp_path}", "--calibration_clips=16"],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                   "--format=tflite", "--quantize=none", "--quantize=dynamic",
+                   f"--export_dir={tmp_path}", "--calibration_clips=16"],
+                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   assert lines[1].split()[:2] == ["variant", "file"]

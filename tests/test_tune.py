@@ -231,7 +231,7 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
   first = open(os.path.join(project, "trial_0", "trial.json")).read()
 
   done = warm.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True,
-                        timeout=300)
+                  timeout=300)
   summary = json.loads(done.stdout.strip().splitlines()[-1])
   # Only the interrupted trial ran again; the finished one was kept as it was.
   assert summary["trials_run"] == 1 and summary["trials"] == summary["completed"] == 2
@@ -239,8 +239,8 @@ def test_command_line_search_resumes_after_a_kill_then_trains_on_best_flags(tmp_
   assert summary["decoded"] == 0  # The killed run had filled the cache.
 
   done = warm.run([sys.executable, "-m", "audioclf", "train",
-                         f"--flagfile={summary['best_flags']}",
-                         f"--model_dir={tmp_path / 'retrain'}", "--train_steps=2"],
-                        env=env, cwd=REPO, capture_output=True, text=True, check=True,
-                        timeout=300)
+                   f"--flagfile={summary['best_flags']}",
+                   f"--model_dir={tmp_path / 'retrain'}", "--train_steps=2"],
+                  env=env, cwd=REPO, capture_output=True, text=True, check=True,
+                  timeout=300)
   assert json.loads(done.stdout.strip().splitlines()[-1])["steps"] == 2

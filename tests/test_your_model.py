@@ -33,7 +33,7 @@ def audioclf(*args, timeout=300):
   """`python -m audioclf <args>` from the repository root -> its stdout's lines; must succeed."""
   try:
     proc = warm.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+                    capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"audioclf {args[0]} did not end in {e.timeout} s: {e.stderr!r:.3000}")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -123,8 +123,8 @@ def test_trains_from_a_tf_data_service(data_flags, tmp_path):
   flagfile.write_text("\n".join(flags) + "\n")
   port, worker_port = cluster.free_ports(2)
   servers = [warm.Popen([sys.executable, "-m", "audioclf", "service", *args,
-                               "--allow_remote_clients"], cwd=ROOT, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         "--allow_remote_clients"], cwd=ROOT, env=_env(),
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for args in (["dispatcher", f"--port={port}"],
                           ["worker", f"--dispatcher=127.0.0.1:{port}", f"--port={worker_port}",
                            "--worker_host=127.0.0.1", f"--flagfile={flagfile}"])]

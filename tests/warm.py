@@ -71,11 +71,10 @@ class _Server:
 
   def __init__(self):
     self.path = os.path.join(tempfile.mkdtemp(prefix="audioclf-warm-"), "socket")
-    self.env = dict(os.environ)
+    self.env = None  # The server's variables once it is ready (`_server_env`).
     self._log = open(self.path + ".log", "w+b")  # pylint: disable=consider-using-with
     self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                 env=self.env)
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
     self._ready = None
     self._lock = threading.Lock()
     atexit.register(self.stop)
@@ -84,11 +83,10 @@ class _Server:
     """Whether the server is serving; waits for its imports the first time."""
     with self._lock:
       if self._ready is None:
-        line = self.proc.stdout.readline()
-        self._ready = line.startswith(b"ready ")
-        if self._ready:  # Its variables once TensorFlow started (which sets a few of its own).
-          self.env = json.loads(line[len(b"ready "):])
-        if not self._ready:
+        self._ready = self.proc.stdout.readline() == b"ready\n"
+        if self._ready:
+          self.env = _server_env(self.path)
+        else:
           self._log.seek(0)
           warnings.warn("tests/warm.py: the warm server did not start; plain subprocesses from "
                         f"now on: {self._log.read()[-2000:]!r}")
@@ -105,13 +103,18 @@ class _Server:
     shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
+def _server_env(path: str) -> dict:
+  """The variables of the server at `path` once TensorFlow started (which sets a few itself)."""
+  with open(path + ".env", encoding="utf-8") as f:
+    return json.load(f)
+
+
 class _Remote:
   """Another process's server, which `client` forks from: its socket and variables."""
 
   def __init__(self, path: str):
     self.path = path
-    with open(path + ".env", encoding="utf-8") as f:
-      self.env = json.load(f)
+    self.env = _server_env(path)
 
   def ready(self) -> bool:
     return True
@@ -293,7 +296,7 @@ def _serve(path: str):
   children = {}  # pidfd -> (pid, connection)
   with open(path + ".env", "w", encoding="utf-8") as f:
     json.dump(dict(os.environ), f)
-  sys.stdout.write(f"ready {json.dumps(dict(os.environ))}\n")
+  sys.stdout.write("ready\n")
   sys.stdout.flush()
   while True:
     for key, _ in selector.select():
