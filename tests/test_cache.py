@@ -192,8 +192,11 @@ def test_two_processes_filling_one_cache_both_succeed(tmp_path):
 
 
 ONE_EPOCH = """
-import sys, audioclf
-from audioclf.data import manifest as manifest_lib
+import sys, time, audioclf
+from audioclf.data import manifest as manifest_lib, store as store_lib
+# The split's writer, slow: the script ends long before it does, and the process waits for it.
+write_split = store_lib.Store.write_split
+store_lib.Store.write_split = lambda *a: (time.sleep(1.5), write_split(*a))[1]
 p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=int(sys.argv[3]),
                     validation_percent=0, testing_percent=0)
 n = len(manifest_lib.load(p).split("train"))

@@ -192,7 +192,10 @@ class Fill:
     except BaseException as e:
       self.error = e  # Later batches that need the split say why there is none.
       raise
-    self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill")
+    # daemon=False said outright: a thread started from a tf.data thread (this
+    # call's, through numpy_function) would inherit daemon=True from it.
+    self._thread = threading.Thread(target=self._write_logged, name="audioclf-cache-fill",
+                                    daemon=False)
     self._thread.start()
     return np.int64(0)
 
