@@ -24,6 +24,7 @@ from audioclf.params import Params
 from audioclf.tuning import search as tune_lib
 from audioclf.tuning import trials as trials_lib
 from audioclf.tuning import tuners as tuners_lib
+from audioclf.tuning.hypermodel import AudioHyperModel
 from conftest import write_tone_dataset
 import warm
 
@@ -169,6 +170,29 @@ def test_trials_leave_no_graph_behind(search):
   # graph, for good (see tune._forget_custom_gradients); the trials must drop
   # theirs, or memory grows with every trial.
   assert search.leaked == []
+
+
+def test_a_search_state_cut_off_mid_write_keeps_the_last_whole_one(tmp_path, monkeypatch):
+  # keras-tuner writes oracle.json and trial.json by truncating, then writing;
+  # a kill in between would leave an empty file the rerun cannot read.
+  import keras_tuner as kt  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  params = _params(tmp_path)
+  tuners_lib.make_tuner(params, AudioHyperModel(params, manifest_lib.load(params)),
+                        str(tmp_path / "tune"))
+  trial = kt.engine.trial.Trial(kt.HyperParameters(), trial_id="7")
+  path = str(tmp_path / "trial.json")
+  trial.save(path)
+
+  def killed(*_):  # After the file was opened for writing, before its bytes were flushed.
+    raise KeyboardInterrupt
+  monkeypatch.setattr(tf.io.gfile.GFile, "close", killed)
+  trial.status = "COMPLETED"
+  with pytest.raises(KeyboardInterrupt):
+    trial.save(path)
+  monkeypatch.undo()
+  assert kt.engine.trial.Trial.load(path).status == "RUNNING"
+  assert sorted(os.listdir(tmp_path)) == ["data", "trial.json", "tune"]  # No temporary left.
 
 
 def test_hyperband_budget_counts_keras_tuner_schedule():

@@ -27,8 +27,10 @@ for stack in "${STACKS[@]}"; do
   rc=${STATUS[$stack]}
   [ "$rc" = 0 ] && { use_stack "$stack" || rc=$?; }
   if [ "$rc" = 0 ]; then
-    "$PYTHON" -c 'import sys, tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: '\
-'Python {sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
+    # TensorFlow imported as a quiet command does (audioclf.commands.quiet): no start-up chatter.
+    "$PYTHON" -c 'import sys; from audioclf.commands import quiet; quiet.start_tensorflow()
+import tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: Python '\
+'{sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
       "$stack" >&2
     "$PYTHON" -m pytest -q -rs "${PARALLEL[@]+"${PARALLEL[@]}"}" "$@" || rc=$?
   fi

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import json
+import os
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
@@ -72,6 +74,10 @@ SYMBOLS = (
     Symbol("keras_tuner.oracles", "HyperbandOracle._get_num_rounds", BOTH, "the same"),
     Symbol("keras_tuner.oracles", "HyperbandOracle._get_epochs", BOTH, "the same"),
     Symbol("keras_tuner.oracles", "HyperbandOracle._get_size", BOTH, "the same"),
+    Symbol("keras_tuner.src.utils", "save_json", BOTH,
+           "write the search's state (oracle.json, trial.json) whole or not at all: keras-tuner "
+           "truncates the file first, so a search killed right then left an empty oracle.json "
+           "that its rerun could not read"),
     Symbol("tensorflow.python.data.ops.iterator_ops", "OwnedIterator", BOTH,
            "find the live tf.data iterators at exit (data.exit_guard)"),
     Symbol("tensorflow.python.data.ops.iterator_ops", "OwnedIterator()._iterator_resource", BOTH,
@@ -210,6 +216,35 @@ def hyperband_schedule(oracle) -> list[tuple[int, int, int]]:
       schedule.append((oracle._get_size(bracket, rnd), oracle._get_epochs(bracket, rnd), previous))
   # pylint: enable=protected-access
   return schedule
+
+
+def write_search_state_atomically() -> None:
+  """Makes keras-tuner write each JSON file of a search to a temporary file, then rename it.
+
+  keras-tuner opens the file for writing (truncating it) and then writes: a
+  kill in between leaves an empty oracle.json or trial.json, and the rerun
+  that should resume the search fails on it (JSONDecodeError). A rename
+  replaces the old file with the whole new one at once. Once per process.
+  """
+  from keras_tuner.src import utils  # pylint: disable=g-import-not-at-top
+  if getattr(utils.save_json, "audioclf_atomic", False):
+    return
+
+  def save_json(path, obj):
+    text = json.dumps(obj)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+      with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(text)
+      tf.io.gfile.rename(tmp, path, overwrite=True)
+    except BaseException:
+      if tf.io.gfile.exists(tmp):
+        tf.io.gfile.remove(tmp)
+      raise
+    return text
+
+  save_json.audioclf_atomic = True
+  utils.save_json = save_json
 
 
 # --- tf.data service servers (commands.service's status lines).

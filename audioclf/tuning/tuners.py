@@ -75,6 +75,7 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
     params.ParamError: an unknown tuner or model, or a trial budget that is not positive.
   """
   params.validate()
+  private.write_search_state_atomically()  # A search killed at any point resumes.
   # keras-tuner takes a seed of 0 for "none" and would draw one at random.
   common = dict(hypermodel=hypermodel, objective=kt.Objective(OBJECTIVE, "max"),
                 seed=params.seed + 1, directory=tune_dir, project_name=PROJECT, overwrite=False)
