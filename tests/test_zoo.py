@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from audioclf import Params, compat
 from audioclf.compat import keras
+from audioclf.deploy import tflite as tflite_lib
 from audioclf.model import cost
 from audioclf.model.zoo import bc_resnet, matchboxnet
 
@@ -170,8 +171,7 @@ def test_training_lowers_the_loss(name, trained):
 
 def to_tflite(model, calibration=None) -> bytes:
   """`model` as TFLite with builtin ops only: float, or int8 calibrated on `calibration`."""
-  converter = tf.lite.TFLiteConverter.from_keras_model(model)
-  converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+  converter = tflite_lib.converter_of(model)
   if calibration is not None:
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = lambda: ([example[np.newaxis]] for example in calibration)
