@@ -20,4 +20,5 @@ XLA: bool = STACK == CURRENT_STACK
 
 def compiled(fn: Callable) -> Callable:
   """`fn` compiled by XLA on the current stack (its Python arguments static), itself on the legacy."""
-  return tf.function(fn, jit_compile=True) if XLA else fn
+  # As written: its Python never branches on a tensor (AutoGraph would only cost time).
+  return tf.function(fn, jit_compile=True, autograph=False) if XLA else fn
