@@ -176,7 +176,6 @@ def test_a_search_state_cut_off_mid_write_keeps_the_last_whole_one(tmp_path, mon
   # keras-tuner writes oracle.json and trial.json by truncating, then writing;
   # a kill in between would leave an empty file the rerun cannot read.
   import keras_tuner as kt  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   params = _params(tmp_path)
   tuners_lib.make_tuner(params, AudioHyperModel(params, manifest_lib.load(params)),
                         str(tmp_path / "tune"))
@@ -184,9 +183,9 @@ def test_a_search_state_cut_off_mid_write_keeps_the_last_whole_one(tmp_path, mon
   path = str(tmp_path / "trial.json")
   trial.save(path)
 
-  def killed(*_):  # After the file was opened for writing, before its bytes were flushed.
+  def killed(*_):  # Once the new bytes are written, before they take the old file's place.
     raise KeyboardInterrupt
-  monkeypatch.setattr(tf.io.gfile.GFile, "close", killed)
+  monkeypatch.setattr(os, "replace", killed)
   trial.status = "COMPLETED"
   with pytest.raises(KeyboardInterrupt):
     trial.save(path)

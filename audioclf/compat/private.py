@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import importlib
 import json
-import os
 from typing import Any, Callable, Optional
 
 import tensorflow as tf
@@ -218,32 +217,25 @@ def hyperband_schedule(oracle) -> list[tuple[int, int, int]]:
   return schedule
 
 
-def write_search_state_atomically() -> None:
-  """Makes keras-tuner write each JSON file of a search to a temporary file, then rename it.
+def write_search_state_with(write: Callable[[str, bytes], None]) -> None:
+  """Makes keras-tuner write each JSON file of a search through `write(path, data)`.
 
   keras-tuner opens the file for writing (truncating it) and then writes: a
   kill in between leaves an empty oracle.json or trial.json, and the rerun
-  that should resume the search fails on it (JSONDecodeError). A rename
-  replaces the old file with the whole new one at once. Once per process.
+  that should resume the search fails on it (JSONDecodeError). Given a
+  writer that puts a whole file in place or none (data.store.atomic_write),
+  a kill leaves the last whole state. Once per process.
   """
   from keras_tuner.src import utils  # pylint: disable=g-import-not-at-top
-  if getattr(utils.save_json, "audioclf_atomic", False):
+  if getattr(utils.save_json, "audioclf_writer", None) is write:
     return
 
   def save_json(path, obj):
     text = json.dumps(obj)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-      with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(text)
-      tf.io.gfile.rename(tmp, path, overwrite=True)
-    except BaseException:
-      if tf.io.gfile.exists(tmp):
-        tf.io.gfile.remove(tmp)
-      raise
+    write(path, text.encode("utf-8"))
     return text
 
-  save_json.audioclf_atomic = True
+  save_json.audioclf_writer = write
   utils.save_json = save_json
 
 

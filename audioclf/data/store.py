@@ -148,10 +148,10 @@ def atomic_write(path: str, *chunks: bytes) -> None:
     with open(tmp, "wb") as f:
       for chunk in chunks:
         f.write(chunk)
+    os.replace(tmp, path)
   except BaseException:
     _remove(tmp)
     raise
-  os.replace(tmp, path)
 
 
 def temporary_name(path: str) -> str:
