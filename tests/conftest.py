@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 
 import numpy as np
@@ -20,6 +21,12 @@ import pytest
 import soundfile as sf
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Ctrl-C reaches the tests' processes as it reaches a terminal's, however the suite was started:
+# a shell without job control starts a background job with SIGINT ignored, every process inherits
+# that, and Python then never raises KeyboardInterrupt (tests/test_exit.py's Ctrl-C tests hung,
+# and a training run went on to the end, when tools/test.sh ran as `(bash tools/test.sh &)`).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 # The content-fingerprint memo lives per host (audioclf.data.keys); tests keep
 # theirs apart from the user's, in one folder per test session.
 _FINGERPRINTS_DIR = None
