@@ -27,11 +27,13 @@ for stack in "${STACKS[@]}"; do
   rc=${STATUS[$stack]}
   [ "$rc" = 0 ] && { use_stack "$stack" || rc=$?; }
   if [ "$rc" = 0 ]; then
-    # TensorFlow imported as a quiet command does (audioclf.commands.quiet): no start-up chatter.
-    "$PYTHON" -c 'import sys; from audioclf.commands import quiet; quiet.start_tensorflow()
-import tensorflow as tf, keras; print(f"[audioclf] {sys.argv[1]} stack: Python '\
-'{sys.version.split()[0]}, TensorFlow {tf.__version__}, Keras {keras.__version__} ({sys.prefix})")' \
-      "$stack" >&2
+    # The versions from the packages' metadata: importing TensorFlow here cost 3-5 s per stack.
+    "$PYTHON" -c 'import sys
+from importlib import metadata
+owners = metadata.packages_distributions()
+tf, keras = (metadata.version(owners[name][0]) for name in ("tensorflow", "keras"))
+print(f"[audioclf] {sys.argv[1]} stack: Python {sys.version.split()[0]}, TensorFlow {tf}, "
+      f"Keras {keras} ({sys.prefix})")' "$stack" >&2
     "$PYTHON" -m pytest -q -rs "${PARALLEL[@]+"${PARALLEL[@]}"}" "$@" || rc=$?
   fi
   STATUS[$stack]=$rc
