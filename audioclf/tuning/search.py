@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import logging as std_logging
 import os
@@ -58,16 +60,17 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
   decoded = fill_lib.decode_count()
   manifest = manifest_lib.load(params)
   _fill_cache(params, manifest)
-  hypermodel = AudioHyperModel(params, manifest)
-  tuner = make_tuner(params, hypermodel, tune_dir)
-  _search(tuner, tune_dir, verbose)
-  trials = read_trials(tune_dir)
-  completed = _completed_trials(tuner, tune_dir)
-  best = completed[0]
-  best_params = hypermodel.trial_params(best.hyperparameters)
-  best_flags = _write_best_flags(best_params, best, params.tuner, len(trials), tune_dir)
-  best_model = save_best_model(tuner, best, best_params, manifest,
-                               os.path.join(tune_dir, BEST_MODEL))
+  with _collections_skip_what_is_there():
+    hypermodel = AudioHyperModel(params, manifest)
+    tuner = make_tuner(params, hypermodel, tune_dir)
+    _search(tuner, tune_dir, verbose)
+    trials = read_trials(tune_dir)
+    completed = _completed_trials(tuner, tune_dir)
+    best = completed[0]
+    best_params = hypermodel.trial_params(best.hyperparameters)
+    best_flags = _write_best_flags(best_params, best, params.tuner, len(trials), tune_dir)
+    best_model = save_best_model(tuner, best, best_params, manifest,
+                                 os.path.join(tune_dir, BEST_MODEL))
   if verbose:
     print(trials_table(trials, best.trial_id), flush=True)
   return {
@@ -94,6 +97,28 @@ def _tune_dir(params: Params) -> str:
     raise ParamError("--tune_dir: must be set, or --model_dir (for <model_dir>/tune): "
                      "the search is kept there")
   return tune_dir
+
+
+@contextlib.contextmanager
+def _collections_skip_what_is_there():
+  """Leaves the objects the process holds before the search out of its garbage collections.
+
+  Each trial collects garbage a few times (keras-tuner before each build,
+  Keras 3's clear_session, the trial's clean-up in tuners), and a collection
+  walks every object the process tracks: with TensorFlow and Keras imported,
+  0.2 s each, half the CPU of a short trial. Frozen (gc.freeze), those stay
+  out of it; the trials' own objects are collected as before, and unfrozen
+  after the search, the older ones too. A process that froze its objects
+  already (a server that forks) keeps its own arrangement.
+  """
+  if gc.get_freeze_count():
+    yield
+    return
+  gc.freeze()
+  try:
+    yield
+  finally:
+    gc.unfreeze()
 
 
 def _fill_cache(params: Params, manifest: Manifest) -> None:
