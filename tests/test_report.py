@@ -132,10 +132,17 @@ def test_evaluate_writes_the_report(trained, engine):
   assert "confusion_matrix" in _events(report_dir)
 
 
-@pytest.mark.slow
-def test_evaluate_a_saved_model_as_its_model_dir(trained, tmp_path):
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+  """The trained Keras model_dir's SavedModel, exported once for the tests that read it."""
   params, _ = trained("keras")
-  path = export(params.model_dir, str(tmp_path / "export"))
+  return export(params.model_dir, str(tmp_path_factory.mktemp("export") / "export"))
+
+
+@pytest.mark.slow
+def test_evaluate_a_saved_model_as_its_model_dir(trained, exported, tmp_path):
+  params, _ = trained("keras")
+  path = exported
   predict, saved_params, labels = load_saved_model(path)
   assert saved_params == params and labels == ["high", "low", "mid"]
   from_dir = evaluate(params.model_dir, "test", report_dir=str(tmp_path / "a"))
@@ -147,9 +154,9 @@ def test_evaluate_a_saved_model_as_its_model_dir(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_evaluate_command_line_prints_the_table_then_json(trained, tmp_path):
+def test_evaluate_command_line_prints_the_table_then_json(trained, exported, tmp_path):
   params, metrics = trained("keras")
-  path = export(params.model_dir, str(tmp_path / "export"))
+  path = exported
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   for source in (f"--model_dir={params.model_dir}", f"--saved_model={path}"):
     proc = warm.run([sys.executable, "-m", "audioclf", "evaluate", source, "--split=test",
