@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,10 +82,11 @@ def test_two_workers_train_one_model_evaluate_exactly_and_resume_after_a_kill(to
   params = tone_params.replace(engine="keras", model_dir=str(tmp_path / "model"), train_steps=60,
                                eval_every_steps=20, log_every_steps=10)
   flagfile = _flagfile(params, tmp_path)
-  # First run: killed, every worker with it, once the checkpoint of step 20 is there.
+  # First run: killed, every worker with it, once the checkpoint of step 20 is there (listed
+  # in model_dir's checkpoint file, as a resumed run finds it).
   first = _launch(flagfile)
   deadline = time.monotonic() + 300
-  while not glob.glob(os.path.join(params.model_dir, "model.ckpt-20.index")):
+  while model_dir_lib.own_latest_checkpoint(params.model_dir) is None:
     assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
     time.sleep(0.2)
   first.send_signal(signal.SIGTERM)
@@ -97,7 +99,8 @@ def test_two_workers_train_one_model_evaluate_exactly_and_resume_after_a_kill(to
   summary = json.loads(out.strip().splitlines()[-1])
   assert summary["task"] == "worker:0" and summary["workers"] == 2
   assert summary["steps"] == 60  # Continued from the checkpoint the kill left.
-  assert "resuming from" in err and "model.ckpt-" in err
+  resumed = re.search(r"resuming from \S*model\.ckpt-(\d+)", err)
+  assert resumed and int(resumed.group(1)) < 60, err[-3000:]  # The kill stopped the training.
   assert model_dir_lib.checkpoint_step(tf.train.latest_checkpoint(params.model_dir)) == 60
   assert summary["val_accuracy"] > 0.9 and summary["test_accuracy"] > 0.9
   with open(os.path.join(params.model_dir, "metrics.json")) as f:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -86,12 +88,28 @@ def make_strategy(params: Params, task: Optional[cluster_lib.Task]) -> tf.distri
       raise ValueError("the Keras engine trains on several workers with all-reduce "
                        "(MultiWorkerMirroredStrategy), and TF_CONFIG names ps tasks: "
                        f"{task.cluster}. Drop them, or use --engine=estimator.")
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    return _multi_worker_strategy()
   if params.strategy == "mirrored":
     devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
     return tf.distribute.MirroredStrategy([d.name for d in devices])
   device = prefetch_device(params)
   return tf.distribute.OneDeviceStrategy(device) if device else tf.distribute.get_strategy()
+
+
+def _multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
+  """MultiWorkerMirroredStrategy, with SIGTERM doing what it did before it.
+
+  Its coordination service installs TensorFlow's own SIGTERM handler (the
+  preemption notifier of tf.distribute's PreemptionCheckpointHandler, which
+  audioclf does not use), and with it a worker that SIGTERM should stop
+  (`audioclf launch` stopping its tasks, a scheduler) trained on to the end:
+  a launch killed at step 20 of 60 still wrote step 60 and its metrics.
+  """
+  before = signal.getsignal(signal.SIGTERM)
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
+  if before is not None and threading.current_thread() is threading.main_thread():
+    signal.signal(signal.SIGTERM, before)
+  return strategy
 
 
 def _distributes_input(strategy: tf.distribute.Strategy) -> bool:
