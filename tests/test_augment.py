@@ -70,6 +70,19 @@ def test_speeding_up_removes_what_would_fold_over_nyquist():
   rms = np.sqrt(np.mean(out.numpy() ** 2, axis=-1))
   assert rms[0] < 0.01 and rms[1] > 0.15, rms
   np.testing.assert_allclose(_peak_hz(out.numpy()[1:]), 6000 * 2 ** (3 / 12), atol=3)
+  # So are the reverberated ones, on the reverberation's spectra; the others take a low-pass of
+  # their own: every example sped up by 1.1, half of them reverberated, 7500 Hz gone from all.
+  sampler = _sampler(batch_size=16, speed_perturb=(1.1, 1.1), reverb_prob=0.5,
+                     reverb_rt60=(0.2, 0.3))
+  waves = tf.constant(np.stack([_tone(7500.0)] * 16))
+  out = _in_tf_data(lambda w: sampler.augment(w, tf.zeros([16], tf.int32), 3)[0], waves).numpy()
+  assert np.sqrt(np.mean(out ** 2, axis=-1)).max() < 0.01
+  # Without the cutoff the reverberation keeps 7500 Hz, and with it removes only what is above.
+  spectra = augment.response_spectra(np.eye(1, 500, dtype=np.float32), N)
+  for cutoff, kept in ((1.0, True), (0.9, False), (7600 / 8000, True)):
+    out = augment.reverberate(waves[:1], spectra, tf.zeros([1], tf.int32), None,
+                              tf.constant([cutoff])).numpy()
+    assert (np.sqrt(np.mean(out ** 2)) > 0.3) == kept, cutoff
 
 
 def test_tempo_stretch_keeps_the_pitch_and_scales_the_duration():

@@ -125,9 +125,16 @@ def low_pass(waves: tf.Tensor, cutoff: tf.Tensor) -> tf.Tensor:
   n = waves.shape[-1]
   size = fft_size(n)
   spectrum = tf.signal.rfft(waves, [size])
+  return tf.signal.irfft(spectrum * tf.cast(passband(cutoff, size), tf.complex64), [size])[:, :n]
+
+
+def passband(cutoff: tf.Tensor, size: int) -> tf.Tensor:
+  """float32 [rows, size // 2 + 1]: 1 for the bins of a `size`-point rfft at or below each row's `cutoff`, else 0.
+
+  `cutoff` ([rows]) is a fraction of Nyquist: 1 or more keeps every bin.
+  """
   bins = tf.range(size // 2 + 1, dtype=tf.float32) / (size // 2)
-  keep = tf.cast(bins[None, :] <= cutoff[:, None], tf.complex64)
-  return tf.signal.irfft(spectrum * keep, [size])[:, :n]
+  return tf.cast(bins[None, :] <= cutoff[:, None], tf.float32)
 
 
 def resample(waves: tf.Tensor, factors: tf.Tensor,
@@ -254,8 +261,7 @@ def _stretch(waves: tf.Tensor, rates: tf.Tensor, cutoff: tf.Tensor,
   magnitude = tf.sqrt(real * real + imag * imag)
   at = _frames_at(before)
   low, high = at(magnitude), at(magnitude, 1)
-  bins = tf.range(hop + 1, dtype=tf.float32) / hop
-  kept = inside[..., None] * tf.cast(bins <= cutoff[:, None], tf.float32)[None, :, :]
+  kept = inside[..., None] * passband(cutoff, frame_length)[None, :, :]
   out_magnitude = (low + fraction * (high - low)) * kept
   cos, sin = _output_phases(real, imag, magnitude, before, at)
   out = tf.signal.irfft(tf.complex(out_magnitude * cos, out_magnitude * sin), [frame_length])
@@ -324,6 +330,18 @@ def _rms(waves: tf.Tensor) -> tf.Tensor:
   return tf.sqrt(tf.reduce_mean(tf.square(waves), axis=-1, keepdims=True))
 
 
+def _spectrum_rms(spectrum: tf.Tensor, n: int) -> tf.Tensor:
+  """The RMS over `n` samples ([rows, 1]) of the signals whose rfft (of even length) is `spectrum`.
+
+  Parseval: a bin between 0 and Nyquist stands for itself and its mirror image.
+  """
+  power = tf.square(tf.math.real(spectrum)) + tf.square(tf.math.imag(spectrum))
+  bins = spectrum.shape[-1]
+  twice = tf.concat([[1.0], tf.fill([bins - 2], 2.0), [1.0]], 0)
+  size = 2 * (bins - 1)
+  return tf.sqrt(tf.reduce_sum(power * twice, -1, keepdims=True) / (size * n))
+
+
 def fft_size(n: int) -> int:
   """The smallest even length >= n with no prime factor above 5, which FFTs handle fastest.
 
@@ -350,7 +368,7 @@ def response_spectra(rirs: tf.Tensor, n: int) -> tf.Tensor:
 
 
 def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor] = None,
-                chosen: Optional[tf.Tensor] = None) -> tf.Tensor:
+                chosen: Optional[tf.Tensor] = None, cutoff: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Each example convolved with an impulse response: row `which` of `spectra` (`response_spectra`).
 
   Linear convolution by FFT (rfft, product, irfft over at least samples +
@@ -358,28 +376,33 @@ def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor]
   clip's level: reverberation changes the sound, not how loud it is, and the
   noise mixed in next keeps its signal-to-noise ratio. `which` (int
   [batch]) defaults to row i for example i; only the `chosen` examples
-  (bool [batch]; all by default) are convolved.
+  (bool [batch]; all by default) are convolved. With `cutoff` ([batch], a
+  fraction of Nyquist, as `low_pass`'s), the frequencies above it are left
+  out too: the low-pass of a resampling that follows, without an FFT of its own.
   """
   batch = tf.shape(waves)[:1]
   which = tf.range(batch[0]) if which is None else which
   chosen = tf.ones(batch, tf.bool) if chosen is None else chosen
-  return apply(waves, None, [reverberate_step(spectra, which, chosen)])[0]
+  return apply(waves, None, [reverberate_step(spectra, which, chosen, cutoff)])[0]
 
 
-def reverberate_step(spectra: tf.Tensor, which: tf.Tensor, chosen: tf.Tensor) -> Step:
+def reverberate_step(spectra: tf.Tensor, which: tf.Tensor, chosen: tf.Tensor,
+                     cutoff: Optional[tf.Tensor] = None) -> Step:
   """`reverberate` of the `chosen` examples as a Step."""
-  return Step(_reverberate_rows, (chosen, spectra, which))
+  cutoff = tf.ones(tf.shape(which)) if cutoff is None else tf.cast(cutoff, tf.float32)
+  return Step(_reverberate_rows, (chosen, spectra, which, cutoff))
 
 
-def _reverberate_rows(waves, chosen, spectra, which):
+def _reverberate_rows(waves, chosen, spectra, which, cutoff):
   n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
 
-  def convolve(rows, responses):
-    wet = tf.signal.irfft(tf.signal.rfft(rows, [size]) * tf.gather(spectra, responses),
-                          [size])[:, :n]
-    return wet * (_rms(rows) / tf.maximum(_rms(wet), 1e-9))
+  def convolve(rows, responses, cut):
+    dry = tf.signal.rfft(rows, [size]) * tf.cast(passband(cut, size), tf.complex64)
+    wet = tf.signal.irfft(dry * tf.gather(spectra, responses), [size])[:, :n]
+    # The level of the dry clip as its low-pass leaves it: what the wet one is brought back to.
+    return wet * (_spectrum_rms(dry, n) / tf.maximum(_rms(wet), 1e-9))
 
-  return on_rows(convolve, waves, chosen, which)
+  return on_rows(convolve, waves, chosen, which, cutoff)
 
 
 def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) -> tf.Tensor:
@@ -461,5 +484,6 @@ def _mix_classes(waves, labels, partners, weights, classes: int):
 
 def _mix(waves, labels, partners, weights):
   weights = tf.cast(weights, tf.float32)[:, None]
+  waves = compat_xla.materialized(waves)  # Not recomputed by the gather of partners.
   mix = lambda x: weights * x + (1.0 - weights) * tf.gather(x, partners)  # noqa: E731
   return mix(waves), mix(labels)

@@ -300,16 +300,17 @@ class Sampler:
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
     """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
 
-    In the order sound reaches a microphone: the voice (speed, pitch and
-    tempo), the room (reverberation), the background (`add_noise`, at an SNR
-    against the reverberant voice), the level (gain, after the noise so its
-    SNR holds), then mixup, which mixes finished examples and their labels
-    (soft labels). Evaluation gets only the noise of _silence_ clips. An
-    augmentation that is off adds no op to the graph. Every draw is taken
-    first; the augmentations then run as one program (`augment.apply`).
+    In the order sound reaches a microphone: the voice (`_voice_and_room`:
+    pitch and tempo, the room's reverberation, then the recording's speed),
+    the background (`add_noise`, at an SNR against the reverberant voice),
+    the level (gain, after the noise so its SNR holds), then mixup, which
+    mixes finished examples and their labels (soft labels). Evaluation gets
+    only the noise of _silence_ clips. An augmentation that is off adds no
+    op to the graph. Every draw is taken first; the augmentations then run
+    as one program (`augment.apply`).
     """
     k = tf.cast(k, tf.int64)
-    steps = self._voice(waves, k) + self._reverb(waves, k) if training else []
+    steps = self._voice_and_room(waves, k) if training else []
     if self.mixes(training):
       steps.append(self._noise(waves, labels, k, training))
     if training:
@@ -327,21 +328,39 @@ class Sampler:
     return tf.unstack(tf.random.stateless_uniform(tf.concat([[rows], size], 0),
                                                   self._key(_AUGMENT, k, sub)), num=rows)
 
-  def _voice(self, waves, k):
-    """The steps of speed (resampling: tempo and pitch), and of pitch and tempo apart (a vocoder).
+  def _voice_and_room(self, waves, k) -> list:
+    """The steps of pitch and tempo apart (a vocoder), reverberation, then speed (resampling).
+
+    The resampling comes last, as speed perturbation of a recording (its
+    room included, as Kaldi's speed perturbation of recorded audio): where it
+    speeds an example up, its low-pass rides on the FFTs of the vocoder or of
+    the reverberation, whichever the example went through; only examples
+    with neither take a low-pass of their own (`augment.resample`).
+    """
+    voice, factors, band_limited = self._voice(waves, k)
+    room, reverberated = self._reverb(waves, k, factors)
+    if factors is None:
+      return voice + room
+    if reverberated is not None:
+      band_limited = reverberated if band_limited is None else band_limited | reverberated
+    return voice + room + [augment_lib.resample_step(factors, band_limited)]
+
+  def _voice(self, waves, k) -> tuple:
+    """The vocoder's steps, the resampling's factors and the examples the vocoder band-limited.
 
     One stretch and one resampling: stretched by tempo / pitch (the tempo
     moves, the pitch stays), then resampled by speed x pitch, an example's
     tempo moves by speed x tempo and its pitch by speed x pitch. Only the
     examples chosen for the vocoder (pitch_tempo_prob) go through it; the
-    others take pitch and tempo 1.
+    others take pitch and tempo 1. The factors are None where nothing is
+    resampled, the band-limited examples None where none is.
     """
     if not self._voice_on():
-      return []
+      return [], None, None
     speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
     if not self._vocoder_on():
-      return [augment_lib.resample_step(_between(self.speed, speed) * pitch)]
+      return [], _between(self.speed, speed) * pitch, None
     chosen = pick < self.vocoder_prob
     pitch = tf.where(chosen, pitch, 1.0)
     factors = _between(self.speed, speed) * pitch
@@ -350,21 +369,25 @@ class Sampler:
                                       augment_lib.vocoder_frame(self.sample_rate), chosen,
                                       1.0 / factors)]
     if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
-      return steps
-    return steps + [augment_lib.resample_step(factors, chosen)]
+      return steps, None, None
+    return steps, factors, chosen
 
-  def _reverb(self, waves, k):
-    """Reverberation's step: with chance reverb_prob, an example convolved with a bank's response.
+  def _reverb(self, waves, k, factors=None) -> tuple:
+    """Reverberation's steps and the examples it convolves (None: reverberation is off).
 
-    Only the chosen examples are convolved (the FFTs are most of the cost).
+    With chance reverb_prob, an example convolved with a bank's response;
+    only the chosen examples are (the FFTs are most of the cost). With the
+    resampling's `factors`, their low-pass too (cutoff 1 / factor).
     """
     if not self.reverb_prob:
-      return []
+      return [], None
     pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
     spectra = self._responses()
     count = spectra.shape[0]
     which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
-    return [augment_lib.reverberate_step(spectra, which, pick < self.reverb_prob)]
+    chosen = pick < self.reverb_prob
+    cutoff = None if factors is None else 1.0 / factors
+    return [augment_lib.reverberate_step(spectra, which, chosen, cutoff)], chosen
 
   def _responses(self) -> tf.Tensor:
     """The bank's spectra (augment.response_spectra), made once, outside any batch's graph.
