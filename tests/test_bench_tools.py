@@ -24,18 +24,9 @@ import measured  # noqa: E402  pylint: disable=wrong-import-position
 LOAD = "1.0 / 1.0 / 1.0 (1 / 5 / 15 min)"
 
 
-# `python SCRIPT ARGS...` as `python -c _AS_SCRIPT SCRIPT ARGS...`: the script runs as __main__
-# with its own folder first on sys.path and its path as sys.argv[0], as it would from the
-# command line, in a process that tests/warm.py forks from its warm server (it forks `-c` and
-# `-m` commands, not scripts): no TensorFlow import of its own, 4-5 s of CPU each.
-_AS_SCRIPT = ("import os, runpy, sys; sys.argv = sys.argv[1:]; "
-              "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
 def _run(args, timeout=300, **env):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env)
-  return warm.run([sys.executable, "-c", _AS_SCRIPT, *args], cwd=ROOT, env=env,
+  return warm.run([sys.executable, *args], cwd=ROOT, env=env,
                   capture_output=True, text=True, timeout=timeout)
 
 

@@ -28,6 +28,24 @@ def test_a_forked_process_has_its_own_pid_argv_folder_environment_streams_and_st
   assert seen["warm"] == FORKED  # TensorFlow was imported before the script ran: forked.
 
 
+def test_a_forked_script_runs_as_python_would_run_it(tmp_path):
+  (tmp_path / "tools").mkdir()
+  (tmp_path / "tools" / "helper.py").write_text("MARK = 'helper'\n")
+  (tmp_path / "tools" / "self.py").write_text(
+      "import helper\n" + SELF.replace("'warm':", "'helper': helper.MARK, 'name': __name__, 'warm':"))
+  done = warm.run([sys.executable, "tools/self.py", "a"], cwd=tmp_path, capture_output=True,
+                  text=True, timeout=60)
+  seen = json.loads(done.stdout)
+  assert done.returncode == 3 and done.stderr == "to stderr"
+  assert seen["argv"] == ["tools/self.py", "a"] and seen["name"] == "__main__"
+  assert seen["path0"] == str(tmp_path / "tools") and seen["helper"] == "helper"
+  assert seen["warm"] == FORKED
+  # An interpreter option, or a file that is no script here, runs as a plain process.
+  plain = warm.run([sys.executable, "missing.py"], cwd=tmp_path, capture_output=True, text=True,
+                   timeout=60)
+  assert plain.returncode == 2 and "missing.py" in plain.stderr
+
+
 def test_a_module_runs_as_python_m_runs_it(tmp_path):
   (tmp_path / "here.py").write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\n")
   done = warm.run([sys.executable, "-m", "here", "x"], cwd=tmp_path, capture_output=True,

@@ -4,7 +4,8 @@ A test runs audioclf as its users do, in a process of its own (`python -m
 audioclf ...`, or a script with `-c`), and each such process used to spend
 3-5 s of CPU importing TensorFlow and Keras before doing anything: the
 larger part of the suite's time. `run` and `Popen` take subprocess's
-arguments. Where the command is this interpreter with `-m` or `-c`, and the
+arguments. Where the command is this interpreter with `-m`, `-c` or a
+script (a .py file: `python tools/x.py ...`), and the
 environment changes nothing TensorFlow reads while it starts, the process is
 forked from a server (one per test process, `python tests/warm.py`) that
 imported numpy, soundfile, TensorFlow and Keras and ran no TensorFlow op;
@@ -52,6 +53,8 @@ _AT_START = re.compile(r"(TF_|XLA_|OMP_|KMP_|MKL|OPENBLAS|CUDA|NVIDIA|LD_|MALLOC
                        r"KERAS|TPU|PYTHON|AUDIOCLF_VERBOSE$)")
 _LATER = {"TF_CONFIG", "PYTHONPATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"}
 _STATUS = struct.Struct("!q")
+# A request's option for `python SCRIPT ARGS...` (its target the script, as given).
+SCRIPT = "script"
 
 
 def _startup_env(env, command: bool = False) -> dict:
@@ -139,9 +142,17 @@ def _request(args, kwargs):
   args = list(args) if isinstance(args, (list, tuple)) else None
   unsupported = ("executable", "preexec_fn", "pass_fds", "shell", "user", "group",
                  "extra_groups", "umask", "process_group")
-  if (not ENABLED or args is None or len(args) < 3 or args[0] != sys.executable
-      or args[1] not in ("-m", "-c") or any(kwargs.get(k) for k in unsupported)):
+  if (not ENABLED or args is None or len(args) < 2 or args[0] != sys.executable
+      or any(kwargs.get(k) for k in unsupported)):
     return None
+  if args[1] in ("-m", "-c"):
+    if len(args) < 3:
+      return None
+  elif not (str(args[1]).endswith(".py") and os.path.isfile(
+      os.path.join(kwargs.get("cwd") or "", args[1]))):
+    return None  # An option of the interpreter's own, or no script of ours.
+  else:
+    args = [args[0], SCRIPT, *args[1:]]  # `python SCRIPT ARGS...`
   env = dict(os.environ if kwargs.get("env") is None else kwargs["env"])
   command = args[1] == "-m" and args[2].split(".")[0] == "audioclf"
   if any(str(a).startswith(("--verbosity", "-v=", "-v ")) for a in args[3:]):
@@ -347,12 +358,16 @@ def _become(request: dict, fds) -> None:
   os.environ.update(request["env"])
   if request["new_session"]:
     os.setsid()
-  # sys.path as `python -m` or `-c` would make it here: the folder (or ""), PYTHONPATH, the rest.
+  # sys.path as `python -m`, `-c` or a script would make it here: the working folder, "" or the
+  # script's own folder (symbolic links resolved), then PYTHONPATH, then the rest.
   added = [p for p in server_path.split(os.pathsep) if p]
   base = [p for p in sys.path[1:] if p not in added]
   wanted = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-  sys.path[:] = [os.getcwd() if request["option"] == "-m" else ""] + wanted + base
-  sys.argv = [request["option"], *request["argv"]]
+  first = {"-m": os.getcwd(), "-c": ""}.get(
+      request["option"], os.path.dirname(os.path.realpath(request["target"])))
+  sys.path[:] = [first] + wanted + base
+  sys.argv = [request["target"] if request["option"] == SCRIPT else request["option"],
+              *request["argv"]]
 
 
 def socket_path() -> Optional[str]:
@@ -391,6 +406,10 @@ def _main() -> None:
     import runpy  # pylint: disable=import-outside-toplevel
     sys.argv[0] = request["target"]
     runpy.run_module(request["target"], run_name="__main__", alter_sys=True)
+    return
+  if request["option"] == SCRIPT:
+    import runpy  # pylint: disable=import-outside-toplevel
+    runpy.run_path(request["target"], run_name="__main__")
     return
   import types  # pylint: disable=import-outside-toplevel
   main = types.ModuleType("__main__")
