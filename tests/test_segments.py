@@ -4,6 +4,7 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -225,6 +226,10 @@ def test_detect_refuses_a_hop_longer_than_a_clip(trained, tmp_path):
   params, _ = trained("keras")
   with pytest.raises(ParamError, match="--hop_seconds=0.6"):
     segments.detect(params.model_dir, [], hop_seconds=0.6)
+  # Before any model is restored: a model_dir of its parameters alone says the same.
+  shutil.copy(os.path.join(params.model_dir, "params.json"), tmp_path)
+  with pytest.raises(ParamError, match="--hop_seconds=0.6"):
+    segments.detect(str(tmp_path), [], hop_seconds=0.6)
 
 
 @pytest.mark.slow

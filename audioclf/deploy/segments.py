@@ -201,6 +201,16 @@ def find_segments(probabilities: np.ndarray, starts: np.ndarray, labels: Sequenc
   return sorted(found, key=lambda s: (s.start, s.label))
 
 
+def _clip_and_hop(params, hop_seconds: Optional[float]) -> tuple[int, int]:
+  """The clip and the hop between windows, in samples; ParamError for a hop outside (0, clip]."""
+  clip = params.clip_samples
+  hop = int(round((hop_seconds or params.clip_seconds / 2) * params.sample_rate))
+  if not 0 < hop <= clip:
+    raise ParamError(f"--hop_seconds={hop_seconds}: must be in (0, clip_seconds="
+                     f"{params.clip_seconds}]")
+  return clip, hop
+
+
 def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optional[float] = None,
            threshold: float = 0.5, background: Sequence[str] = (),
            checkpoint: str = "best") -> list[dict]:
@@ -222,13 +232,10 @@ def detect(model_dir: str, paths: Sequence[str], params=None, hop_seconds: Optio
   Raises:
     decode.BadAudioError: an undecodable file, unless on_bad_file is "skip".
   """
+  # A hop the clip cannot take is refused before the model is built and restored.
+  clip, hop = _clip_and_hop(params or model_dir_lib.read_params(model_dir), hop_seconds)
   model, params, labels = model_dir_lib.load_model(model_dir, params, checkpoint)
   predict = models.predict_fn(model)
-  clip = params.clip_samples
-  hop = int(round((hop_seconds or params.clip_seconds / 2) * params.sample_rate))
-  if not 0 < hop <= clip:
-    raise ParamError(f"--hop_seconds={hop_seconds}: must be in (0, clip_seconds="
-                     f"{params.clip_seconds}]")
   results = []
   for path in paths:
     try:
