@@ -11,7 +11,7 @@ runs on. By job:
 
   stack.py        which stack this is; StackError, require_estimator
   training.py     optimizer families, the learning phase, fit under replicas, TensorBoard,
-                  tuner trials' gradients
+                  tuner trials' gradients, clearing a session
   layers.py       BatchNormalization through TensorFlow's fused kernel on Keras 3
   checkpoints.py  which Keras wrote a checkpoint, where the global step is
   tflite.py       the TensorFlow Lite interpreter
@@ -29,5 +29,5 @@ from audioclf.compat.stack import (  # noqa: F401
     require_estimator, stack_record)
 from audioclf.compat.tflite import tflite_interpreter  # noqa: F401
 from audioclf.compat.training import (  # noqa: F401
-    TensorBoard, fit_under, forget_trial_gradients, is_legacy_optimizer, learning_phase,
+    TensorBoard, clear_session, fit_under, forget_trial_gradients, is_legacy_optimizer, learning_phase,
     optimizers, trial_gradient_names)

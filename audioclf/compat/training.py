@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import keras
 import tensorflow as tf
 
@@ -103,3 +105,13 @@ def forget_trial_gradients(keep: set) -> None:
   registry = private.gradient_registry()
   for name in [n for n in registry if n.startswith("CustomGradient-") and n not in keep]:
     del registry[name]
+
+
+def clear_session() -> None:
+  """Keras' global state (graph, layer-name counters) dropped, and the garbage it leaves collected.
+
+  Keras 3's clear_session collects it itself (free_memory); Keras 2's does not.
+  """
+  keras.backend.clear_session()
+  if not KERAS3:
+    gc.collect()

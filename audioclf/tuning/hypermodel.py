@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from typing import Any, Optional, Sequence
 
 import keras_tuner as kt
 
+from audioclf import compat
 from audioclf.compat import keras
 from audioclf.data import pipeline
 from audioclf.data.manifest import Manifest
@@ -74,8 +74,7 @@ class AudioHyperModel(kt.HyperModel):
     # Drop the previous trial's Keras graph, model and layer-name counters
     # before building the next one. (Its traced train step is let go of
     # separately, after the trial: see compat.forget_trial_gradients.)
-    keras.backend.clear_session()
-    gc.collect()
+    compat.clear_session()
     params = self.trial_params(hp)
     # Every trial starts from the same seed, so trials differ by their
     # hyperparameters, not by their luck at initialisation.
