@@ -12,10 +12,11 @@ cd "$ROOT"
 
 declare -A STATUS
 failed=0
-# A test file runs whole in one worker (--dist loadfile): its module fixtures are made once.
+# A test file runs whole in one worker (--dist loadfile): its module fixtures are made once. The
+# files go out in the order tests/conftest.py gives them, longest first (--no-loadscope-reorder).
 WORKERS=${AUDIOCLF_TEST_WORKERS:-$(nproc)}
 PARALLEL=()
-[ "$WORKERS" -gt 1 ] && PARALLEL=(-n "$WORKERS" --dist loadfile)
+[ "$WORKERS" -gt 1 ] && PARALLEL=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 # Every stack's venv before any test: a test may run the other stack's commands (the legacy
 # stack's report in tests/test_migrate.py, docs/your_model.md's blocks in tests/test_docs.py).
 for stack in "${STACKS[@]}"; do
