@@ -284,12 +284,10 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
     logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
                  params.model_dir, step, params.train_steps,
                  ", stopped early" if step < params.train_steps else "")
-    validation = model.evaluate(validation["x"], steps=validation["steps"], return_dict=True,
-                                verbose=0)
+    validation = _evaluate(model, validation)
   test = None
   if has_split(manifest, "test"):
-    test = _evaluation(strategy, params, manifest, "test")
-    test = model.evaluate(test["x"], steps=test["steps"], return_dict=True, verbose=0)
+    test = _evaluate(model, _evaluation(strategy, params, manifest, "test"))
   steps = int(model.optimizer.iterations.numpy())
   return Result(
       steps=steps,
@@ -298,6 +296,12 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
       examples_per_sec=clock.examples_per_sec(params.batch_size),
       input_stall_fraction=stall_fraction(meter),
       **selection(best, steps, params))
+
+
+def _evaluate(model: keras.Model, evaluation: dict) -> dict:
+  """model.evaluate on _evaluation's dataset and steps, its iterator released on return."""
+  with keras_loop.passes_released():
+    return model.evaluate(evaluation["x"], steps=evaluation["steps"], return_dict=True, verbose=0)
 
 
 def _restore(model: keras.Model, params: Params, chief: bool) -> "_Checkpoints":
