@@ -389,20 +389,22 @@ def reverberate(waves: tf.Tensor, spectra: tf.Tensor, which: Optional[tf.Tensor]
 def reverberate_step(spectra: tf.Tensor, which: tf.Tensor, chosen: tf.Tensor,
                      cutoff: Optional[tf.Tensor] = None) -> Step:
   """`reverberate` of the `chosen` examples as a Step."""
-  cutoff = tf.ones(tf.shape(which)) if cutoff is None else tf.cast(cutoff, tf.float32)
+  cutoff = None if cutoff is None else tf.cast(cutoff, tf.float32)
   return Step(_reverberate_rows, (chosen, spectra, which, cutoff))
 
 
 def _reverberate_rows(waves, chosen, spectra, which, cutoff):
   n, size = waves.shape[-1], 2 * (spectra.shape[-1] - 1)
 
-  def convolve(rows, responses, cut):
-    dry = tf.signal.rfft(rows, [size]) * tf.cast(passband(cut, size), tf.complex64)
+  def convolve(rows, responses, *cut):
+    dry = tf.signal.rfft(rows, [size])
+    if cut:  # Without a cutoff (no resampling follows), no mask.
+      dry *= tf.cast(passband(cut[0], size), tf.complex64)
     wet = tf.signal.irfft(dry * tf.gather(spectra, responses), [size])[:, :n]
     # The level of the dry clip as its low-pass leaves it: what the wet one is brought back to.
     return wet * (_spectrum_rms(dry, n) / tf.maximum(_rms(wet), 1e-9))
 
-  return on_rows(convolve, waves, chosen, which, cutoff)
+  return on_rows(convolve, waves, chosen, which, *(() if cutoff is None else (cutoff,)))
 
 
 def synthetic_rirs(noise: tf.Tensor, rt60_seconds: tf.Tensor, sample_rate: int) -> tf.Tensor:
