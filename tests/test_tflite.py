@@ -129,6 +129,9 @@ def test_export_command_line_writes_and_checks_tflite(trained, tmp_path, engine)
                    f"--export_dir={tmp_path}", "--calibration_clips=16"],
                   cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # Quiet: none of TFLite's own lines (the converter's, the interpreter's) at the default verbosity.
+  for chatter in ("trackable_obj", "XNNPACK", "fully_quantize", "non-converted ops", "delegate"):
+    assert chatter not in proc.stderr, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   assert lines[1].split()[:2] == ["variant", "file"]
   last = json.loads(lines[-1])

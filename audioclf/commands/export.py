@@ -17,6 +17,7 @@ from absl import flags
 
 from audioclf.commands import cli
 from audioclf.commands import flags as command_flags
+from audioclf.commands import quiet
 
 FLAGS = flags.FLAGS
 
@@ -32,8 +33,9 @@ def main(argv: Sequence[str]) -> None:
   params = command_flags.params_for_model_dir()
   chosen = model_dir.choose_checkpoint(FLAGS.model_dir, FLAGS.checkpoint)
   if FLAGS.format == "tflite":
-    result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, params, FLAGS.quantize,
-                           FLAGS.calibration_clips, checkpoint=chosen.path)
+    with quiet.chatter_dropped(argv):  # TFLite's C++ lines.
+      result = tflite.export(FLAGS.model_dir, FLAGS.export_dir, params, FLAGS.quantize,
+                             FLAGS.calibration_clips, checkpoint=chosen.path)
     print(tflite.table(result), flush=True)
   else:
     path = export_lib.export(FLAGS.model_dir, FLAGS.export_dir, params, chosen.path)

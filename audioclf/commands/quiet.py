@@ -9,6 +9,12 @@ at its source:
     says (tensorflow/tensorflow#102212): printed to file descriptor 2 while
     `import tensorflow` runs, so that import runs with fd 2 captured, and the
     capture is replayed without them.
+  - TensorFlow Lite's C++ lines while `export --format=tflite` converts and
+    checks (`fully_quantize: 0, inference_type: 6, ...` from the quantizer,
+    `Created TensorFlow Lite XNNPACK delegate for CPU.` from the
+    interpreter; on TF 2.15 a summary of the ops left as constants, ~40
+    lines a conversion), printed to fd 2 whatever the log level: the export
+    runs with fd 2 captured the same way (`chatter_dropped`).
   - TensorFlow's later C++ INFO and WARNING lines (TF_CPP_MIN_LOG_LEVEL=2,
     unless already set).
   - TensorFlow's Python INFO and WARNING records (the Estimator's step logs,
@@ -25,6 +31,7 @@ brings all of it back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -33,6 +40,7 @@ import tempfile
 import warnings
 from typing import Sequence
 
+from absl import flags
 from absl import logging as absl_logging
 
 VERBOSE_ENV = "AUDIOCLF_VERBOSE"
@@ -42,12 +50,20 @@ _CHATTER = re.compile(
     r"cpu_feature_guard|To enable the following instructions|This TensorFlow binary is optimized|"
     r"rebuild TensorFlow with the appropriate compiler flags|Unable to register cu\w+ factory|"
     r"computation placer already registered|TF-TRT Warning|Could not find cuda drivers|"
-    r"successful NUMA node read")
+    r"successful NUMA node read|Created TensorFlow Lite XNNPACK delegate|"
+    r"fully_quantize: \d+, inference_type|"
+    # TF 2.15's converter: op_stat_pass's summary of the ops left as constants, a block of lines.
+    r"op_stat_pass\.cc|^Summary on the non-converted ops:|^-{5,}\s*$|"
+    r"^ \* (Accepted dialects|Non-Converted Ops|\d+ \w+ ops)|^- [\w.]+: +\d+ occurrences|"
+    r"^\s*\((\w*: \d+(, )?)+\)\s*$|^\s*$|"
+    r"delegate that only supports static-sized tensors")
 
 
 def verbose(argv: Sequence[str] = ()) -> bool:
   """Whether the user asked for everything: AUDIOCLF_VERBOSE, or --verbosity above 0."""
   if os.environ.get(VERBOSE_ENV, "") not in ("", "0"):
+    return True
+  if flags.FLAGS.is_parsed() and flags.FLAGS.verbosity > 0:  # Inside main: argv lacks the flag.
     return True
   levels = [a.split("=", 1)[1] for a in argv if a.startswith(("--verbosity=", "-v="))]
   return any(level.lstrip("-").isdigit() and int(level) > 0 for level in levels)
@@ -73,14 +89,28 @@ def start_tensorflow(argv: Sequence[str] = ()) -> None:
 
 
 def _import_without_chatter() -> None:
-  """Imports TensorFlow and Keras with fd 2 captured, and replays it without _CHATTER."""
+  """Imports TensorFlow and Keras with their start-up lines dropped (`chatter_dropped`)."""
+  with chatter_dropped():
+    import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
+
+@contextlib.contextmanager
+def chatter_dropped(argv: Sequence[str] = ()):
+  """Runs the block with fd 2 captured, then replays it without _CHATTER (all of it when verbose).
+
+  For the C++ lines no switch silences. What else the block prints to
+  stderr comes out too, after the block.
+  """
+  if verbose(argv):
+    yield
+    return
   with tempfile.TemporaryFile(mode="w+b") as capture:
     sys.stderr.flush()
     saved = os.dup(2)
     os.dup2(capture.fileno(), 2)
     try:
-      import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-      import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+      yield
     finally:
       sys.stderr.flush()
       os.dup2(saved, 2)
@@ -89,6 +119,7 @@ def _import_without_chatter() -> None:
       kept = [line for line in capture.read().decode(errors="replace").splitlines(True)
               if not _CHATTER.search(line)]
       sys.stderr.write("".join(kept))
+      sys.stderr.flush()
 
 
 class _OwnLines(logging.Filter):

@@ -169,7 +169,9 @@ def converter_of(model) -> tf.lite.TFLiteConverter:
   # would take it with Keras 3's structure warning.
   single = keras.Model(spec, model.outputs, name=model.name)
   infer = tf.function(lambda x: single(x, training=False)).get_concrete_function(signature)
-  result = tf.lite.TFLiteConverter.from_concrete_functions([infer])
+  # The function as its own trackable object: the same conversion (a function
+  # is frozen, not saved), without the warning that a missing one prints.
+  result = tf.lite.TFLiteConverter.from_concrete_functions([infer], infer)
   result.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
   return result
 
