@@ -317,7 +317,9 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
              scale: Optional[float] = None, batched: bool = False) -> tf.data.Dataset:
   """Batches of (window, label) examples as input_fn returns them, in one map after the batch.
 
-  `scale` turns int16 windows into float32 (one cast and multiply per batch);
+  `scale` turns int16 windows into float32 (one cast and multiply per batch,
+  inside the augmentations' program where there are any: no float copy of
+  the batch is made before it);
   the augmentations (`Sampler.augment`) are keyed by the batch's number,
   counted from `first_batch`: after the cache, a batch at a time.
   """
@@ -326,10 +328,10 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
 
   @_as_is
   def features(w, y, k=None):
-    if scale is not None:
+    if k is not None:  # The scaling as the augmentations' first step, in their one program.
+      w, y = sampler.augment(w, y, k, training, scale)
+    elif scale is not None:
       w = tf.cast(w, tf.float32) * scale
-    if k is not None:
-      w, y = sampler.augment(w, y, k, training)
     return {"waveform": w}, y
 
   if sampler.augments(training):

@@ -297,7 +297,8 @@ class Sampler:
     noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
     return augment_lib.noise_step(noise, chosen, absolute, relative)
 
-  def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True):
+  def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True,
+              scale: Optional[float] = None):
     """Batch k's augmentations ([batch, clip_samples] float32; labels [batch]): (waves, labels).
 
     In the order sound reaches a microphone: the voice (`_voice_and_room`:
@@ -307,10 +308,12 @@ class Sampler:
     mixes finished examples and their labels (soft labels). Evaluation gets
     only the noise of _silence_ clips. An augmentation that is off adds no
     op to the graph. Every draw is taken first; the augmentations then run
-    as one program (`augment.apply`).
+    as one program (`augment.apply`). With `scale`, `waves` are int16
+    samples that the program first turns into float32 (times scale).
     """
     k = tf.cast(k, tf.int64)
-    steps = self._voice_and_room(waves, k) if training else []
+    steps = [] if scale is None else [augment_lib.scale_step(scale)]
+    steps += self._voice_and_room(waves, k) if training else []
     if self.mixes(training):
       steps.append(self._noise(waves, labels, k, training))
     if training:
