@@ -17,6 +17,7 @@ and their checks are `store`, decoding and writing a split is `fill`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Callable, Optional, Sequence, Union
 
@@ -350,16 +351,21 @@ def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: S
     return _warm_native(params, split, labels, sampler, training, first_batch)
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   virtual = sampler.n - len(split.lengths)
+  # PCM16 windows cross into the graph as int16 and are scaled there (`_batches`).
+  raw = split.dtype == "<i2"
   ds = _numpy_batches(params, sampler, first_batch,
                       np.concatenate([split.lengths, np.zeros(virtual, np.int64)]),
-                      split.windows, labels, len(split.lengths))
-  return _batches(ds, params, sampler, training, first_batch, batched=True)
+                      functools.partial(split.windows, raw=raw), labels, len(split.lengths),
+                      tf.int16 if raw else tf.float32)
+  return _batches(ds, params, sampler, training, first_batch,
+                  store_lib.PCM16_SCALE if raw else None, batched=True)
 
 
 def _numpy_batches(params: Params, sampler: Sampler, first_batch,
                    lengths_of: Union[np.ndarray, Callable[[np.ndarray], np.ndarray]],
                    windows_of: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
-                   labels: np.ndarray, files: int) -> tf.data.Dataset:
+                   labels: np.ndarray, files: int,
+                   dtype: tf.DType = tf.float32) -> tf.data.Dataset:
   """Training batches from `first_batch` on, each cut in numpy: windows_of(rows, starts, n).
 
   `lengths_of`: every row's length, or (a cold run's continuation, whose
@@ -369,7 +375,8 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
 
   One numpy_function call per batch copies each window straight from the
   page cache into the batch: 3-4x less CPU than slicing per example with
-  native ops. The rows and draws are the sampler's, as everywhere.
+  native ops. The rows and draws are the sampler's, as everywhere. The
+  windows come in `dtype`, windows_of's.
   """
   batch, n = params.batch_size, params.clip_samples
   labels_t = tf.constant(labels)
@@ -384,7 +391,7 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
     real = rows < files
     if real.all():
       return windows_of(rows, starts, n)
-    out = np.zeros((len(rows), n), np.float32)
+    out = np.zeros((len(rows), n), dtype.as_numpy_dtype)
     if real.any():
       out[real] = windows_of(rows[real], starts[real], n)
     return out
@@ -398,7 +405,7 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
     else:
       lengths = tf.gather(tf.constant(lengths_of), rows)
     starts = sampler.train_start(u, lengths)
-    w = tf.numpy_function(file_windows, [rows, starts], tf.float32, stateful=False)
+    w = tf.numpy_function(file_windows, [rows, starts], dtype, stateful=False)
     # A file's row of length zero is one skipped as bad: label -1 marks it.
     return tf.ensure_shape(w, [batch, n]), tf.where((lengths > 0) | (rows >= files),
                                                     tf.gather(labels_t, rows), -1)

@@ -245,21 +245,22 @@ class Split:
     rows = range(len(self.index)) if rows is None else rows
     return [r for r in rows if crc32(self.raw(r)) != int(self.index[r, 2])]
 
-  def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
+  def windows(self, rows: np.ndarray, starts: np.ndarray, n: int, raw: bool = False) -> np.ndarray:
     """float32 [len(rows), n]: samples [start, start + n) of each clip, zero outside it.
 
     The numpy twin of `window.native_windows`, for the continuation of a cold
     run, whose split did not exist when its graph was built. The same copy and
-    the same scale: the same bits.
+    the same scale: the same bits. `raw`: in the split's own dtype, unscaled
+    (int16 for PCM16: half the bytes, and a copy with no conversion).
     """
     blob = self.blob
-    out = np.zeros((len(rows), n), np.float32)
+    out = np.zeros((len(rows), n), blob.dtype if raw else np.float32)
     offsets, lengths = self.index[rows, :2].T.tolist()  # Python ints: cheap to index with.
     for window, offset, length, start in zip(out, offsets, lengths, starts.tolist()):
       lo, hi = max(start, 0), min(start + n, length)  # The part of the clip in the window.
       if hi > lo:
         window[lo - start:hi - start] = blob[offset + lo:offset + hi]
-    if self.dtype == "<i2":
+    if self.dtype == "<i2" and not raw:
       out *= PCM16_SCALE
     return out
 
