@@ -15,9 +15,11 @@ it), argv, environment, working folder, standard streams, session, exit
 status, and a normal interpreter exit (atexit hooks, finalization); only its
 parent is the server, which reports its status back.
 
-A program that a test runs and that starts `python` itself can fork its
-commands too: `python tests/warm.py --client ...` in place of `python ...`
-(`client`; tests/test_docs.py gives check_docs such a venv python).
+A forked command's own processes of this interpreter (audioclf launch's
+tasks) fork from the same server. Any other program that a test runs and
+that starts `python` itself can fork its commands too: `python
+tests/warm.py --client ...` in place of `python ...` (`client`;
+tests/test_docs.py gives check_docs such a venv python).
 AUDIOCLF_TEST_FORK=0 runs every one as a plain subprocess;
 AUDIOCLF_TEST_FORK_LOG=FILE says in FILE why a command ran as one.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import io
 import json
 import os
 import re
@@ -47,11 +50,13 @@ PRELOAD = ("numpy", "soundfile", "tensorflow", "keras")
 # Variables read while Python, TensorFlow or its libraries start (or while audioclf decides how
 # quiet TensorFlow's import is): a request whose value differs from the server's runs plainly.
 # TF_CONFIG is read later, by the cluster code, so it may differ; a forked process takes
-# PYTHONPATH into sys.path itself. scikit-learn and joblib set two KMP_ ones when first imported
+# PYTHONPATH into sys.path itself, and PYTHONUNBUFFERED (audioclf launch gives it to its tasks)
+# into its standard streams. scikit-learn and joblib set two KMP_ ones when first imported
 # (into whichever process imports them), read only by Intel's OpenMP, which nothing here loads.
 _AT_START = re.compile(r"(TF_|XLA_|OMP_|KMP_|MKL|OPENBLAS|CUDA|NVIDIA|LD_|MALLOC|GRPC|ABSL|"
                        r"KERAS|TPU|PYTHON|AUDIOCLF_VERBOSE$)")
-_LATER = {"TF_CONFIG", "PYTHONPATH", "KMP_DUPLICATE_LIB_OK", "KMP_INIT_AT_FORK"}
+_LATER = {"TF_CONFIG", "PYTHONPATH", "PYTHONUNBUFFERED", "KMP_DUPLICATE_LIB_OK",
+          "KMP_INIT_AT_FORK"}
 _STATUS = struct.Struct("!q")
 # A request's option for `python SCRIPT ARGS...` (its target the script, as given).
 SCRIPT = "script"
@@ -180,10 +185,11 @@ def _log(line: str) -> None:
 class Popen(subprocess.Popen):
   """subprocess.Popen, forked from the warm server where `_request` allows."""
 
-  def __init__(self, args, **kwargs):
-    self._warm = _request(args, kwargs)
+  def __init__(self, args, *rest, **kwargs):
+    # subprocess's options given by position (bufsize, executable, ...): a plain process.
+    self._warm = None if rest else _request(args, kwargs)
     self._conn = None
-    super().__init__(args, **kwargs)
+    super().__init__(args, *rest, **kwargs)
 
   def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
                      startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
@@ -368,6 +374,30 @@ def _become(request: dict, fds) -> None:
   sys.path[:] = [first] + wanted + base
   sys.argv = [request["target"] if request["option"] == SCRIPT else request["option"],
               *request["argv"]]
+  if request["env"].get("PYTHONUNBUFFERED"):
+    _unbuffered()
+
+
+def _unbuffered() -> None:
+  """stdout and stderr as PYTHONUNBUFFERED makes them at an interpreter's start: written through."""
+  for name in ("stdout", "stderr"):
+    stream = getattr(sys, name)
+    stream.flush()
+    raw = io.FileIO(stream.fileno(), "w", closefd=False)
+    setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors,
+                                        write_through=True))
+
+
+def _fork_own_commands(path: str) -> None:
+  """A forked command's own `python ...` processes fork from the same server (path: its socket).
+
+  audioclf launch starts one `python -m audioclf.commands.train` per task:
+  each would spend 3-5 s importing TensorFlow, and a test of a cluster starts
+  several. Every other process it starts stays a plain one (`_request`).
+  """
+  global _SERVER  # pylint: disable=global-statement
+  _SERVER = _Remote(path)
+  subprocess.Popen = Popen
 
 
 def socket_path() -> Optional[str]:
@@ -397,11 +427,13 @@ def client(argv) -> int:
 def _main() -> None:
   if sys.argv[1] == "--client":
     sys.exit(client(sys.argv[2:]))
-  served = _serve(sys.argv[1])
+  path = sys.argv[1]
+  served = _serve(path)
   if served is None:
     return
   request, fds = served
   _become(request, fds)
+  _fork_own_commands(path)
   if request["option"] == "-m":
     import runpy  # pylint: disable=import-outside-toplevel
     sys.argv[0] = request["target"]
