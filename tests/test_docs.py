@@ -19,17 +19,16 @@ import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINKED = (".venv", ".venv-legacy", "tools")
+VENVS = (".venv", ".venv-legacy")
 # The stand-in data's own settings, after the demo preset's: a page's commands run as written,
 # each step a sixteenth of the demo's work (a quarter of the batch, half of each clip).
 STAND_IN = ("--batch_size=16", "--clip_seconds=0.5")
 
 
 def _sandbox(root) -> str:
-  for name in LINKED:
-    if name == ".venv" and _warm_venv(root):
-      continue
-    if os.path.exists(os.path.join(ROOT, name)):
-      os.symlink(os.path.join(ROOT, name), root / name)
+  for name in VENVS:  # Their servers import TensorFlow while the data is written.
+    if os.path.isfile(os.path.join(ROOT, name, "bin", "python")):
+      warm.start(_python(name))
   _stand_in_presets(root / "flags")
   words = root / "data" / "speech_words"
   # 1 s clips as the demo's, enough for the stand-in batch in every split.
@@ -38,22 +37,36 @@ def _sandbox(root) -> str:
   os.makedirs(words / "_background_noise_")
   sf.write(words / "_background_noise_" / "white.wav",
            np.random.default_rng(0).normal(0, 0.1, 48000).astype(np.float32), 16000)
+  for name in LINKED:
+    if not (name in VENVS and _warm_venv(root, name)) and os.path.exists(os.path.join(ROOT, name)):
+      os.symlink(os.path.join(ROOT, name), root / name)
   return str(root)
 
 
-def _warm_venv(root) -> bool:
-  """root/.venv/bin/python: this interpreter, forking each command from this test's server.
+def _python(venv: str) -> str:
+  """The repository's `venv`/bin/python; this interpreter where it is that one."""
+  python = os.path.join(ROOT, venv, "bin", "python")
+  return sys.executable if os.path.abspath(sys.executable) == python else python
 
-  Its commands start as the tests' own do (tests/warm.py). False, and no
-  such venv, where this test process has no server.
+
+def _warm_venv(root, name) -> bool:
+  """root/<name>/bin/python: the repository's, forking each command from a server of it.
+
+  Its commands start as the tests' own do (tests/warm.py): the current
+  stack's from this test's server, the legacy stack's from one of its
+  Python (still importing TensorFlow, maybe: its first command waits for it).
+  False, and no such venv, where forking is off.
   """
-  if (os.path.abspath(sys.executable) != os.path.join(ROOT, ".venv", "bin", "python")
-      or not warm.socket_path()):
+  python = _python(name)
+  server = os.path.isfile(python) and warm.start(python)
+  if not server:
     return False
-  os.makedirs(root / ".venv" / "bin")
-  python = root / ".venv" / "bin" / "python"
-  python.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{warm.__file__}' --client \"$@\"\n")
-  python.chmod(0o755)
+  socket = server.path
+  os.makedirs(root / name / "bin")
+  wrapper = root / name / "bin" / "python"
+  wrapper.write_text(f"#!/bin/sh\n{warm.SOCKET_ENV}='{socket}' exec '{python}' '{warm.__file__}' "
+                     "--client \"$@\"\n")
+  wrapper.chmod(0o755)
   return True
 
 
@@ -77,8 +90,7 @@ def test_the_your_model_page_runs_as_written(tmp_path):
     run = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_docs.py"),
                           "--pages", os.path.join(ROOT, "docs", "your_model.md"),
                           f"--root={root}", "--timeout_s=600"],
-                         capture_output=True, text=True, timeout=1500,
-                         env=dict(os.environ, **{warm.SOCKET_ENV: warm.socket_path() or ""}))
+                         capture_output=True, text=True, timeout=1500)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"the page did not run in {e.timeout} s: {e.stdout!r:.3000}")
   assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

@@ -46,6 +46,18 @@ def tone_data(tmp_path_factory):
   return data
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _legacy_server():
+  """The legacy stack's commands here, and migrate --report's, fork from a server of its Python.
+
+  Started with the file's first test, it imports TensorFlow while the
+  others run (tests/warm.py).
+  """
+  python = parity.legacy_python()
+  if python:
+    warm.start(python)
+
+
 def _fixture(engine):
   return os.path.join(FIXTURES, engine)
 

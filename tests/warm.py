@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from typing import Optional
 
@@ -75,13 +76,13 @@ def _startup_env(env, command: bool = False) -> dict:
 
 
 class _Server:
-  """One warm server for this process: started once, ended with it."""
+  """One warm server of an interpreter for this process: started once, ended with it."""
 
-  def __init__(self):
+  def __init__(self, python: str):
     self.path = os.path.join(tempfile.mkdtemp(prefix="audioclf-warm-"), "socket")
     self.env = None  # The server's variables once it is ready (`_server_env`).
     self._log = open(self.path + ".log", "w+b")  # pylint: disable=consider-using-with
-    self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), self.path],
+    self.proc = subprocess.Popen([python, os.path.abspath(__file__), self.path],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
     self._ready = None
     self._lock = threading.Lock()
@@ -128,18 +129,29 @@ class _Remote:
     return True
 
 
-_SERVER = None
+# Each interpreter's server, by the path a command names it with: this one's (sys.executable)
+# and those a test asked for (`start`), or in a forked command those of the process it came from.
+_SERVERS = {}
 _SERVER_LOCK = threading.Lock()
 # Where `client` finds the server to fork from: set by a test for the programs it runs.
 SOCKET_ENV = "AUDIOCLF_TEST_FORK_SOCKET"
 
 
-def start() -> None:
-  """Starts this process's server (its imports run while tests go on); once."""
-  global _SERVER  # pylint: disable=global-statement
+def start(python: Optional[str] = None):
+  """Starts the server of `python` (default: this interpreter), its imports running while tests go on; once.
+
+  Another interpreter's (the legacy stack's, from a current-stack test):
+  its commands fork from then on, and so do those that the forked commands
+  of any interpreter start with it (a migrate --report's legacy predict).
+
+  Returns:
+    The server, or None where forking is off.
+  """
+  python = python or sys.executable
   with _SERVER_LOCK:
-    if ENABLED and _SERVER is None:
-      _SERVER = _Server()
+    if ENABLED and python not in _SERVERS:
+      _SERVERS[python] = _Server(python)
+    return _SERVERS.get(python)
 
 
 def _request(args, kwargs):
@@ -147,7 +159,8 @@ def _request(args, kwargs):
   args = list(args) if isinstance(args, (list, tuple)) else None
   unsupported = ("executable", "preexec_fn", "pass_fds", "shell", "user", "group",
                  "extra_groups", "umask", "process_group")
-  if (not ENABLED or args is None or len(args) < 2 or args[0] != sys.executable
+  if (not ENABLED or args is None or len(args) < 2
+      or (args[0] != sys.executable and args[0] not in _SERVERS)
       or any(kwargs.get(k) for k in unsupported)):
     return None
   if args[1] in ("-m", "-c"):
@@ -162,16 +175,18 @@ def _request(args, kwargs):
   command = args[1] == "-m" and args[2].split(".")[0] == "audioclf"
   if any(str(a).startswith(("--verbosity", "-v=", "-v ")) for a in args[3:]):
     return None  # Verbose: the command imports TensorFlow with its chatter.
-  start()
-  if not _SERVER.ready():
+  server = start(args[0])
+  if not server.ready():
     return None
-  differ = {k for k, v in _startup_env(env, command).items() ^ _startup_env(_SERVER.env).items()}
+  differ = {k for k, v in _startup_env(env, command).items() ^ _startup_env(server.env).items()}
   if differ:
     _log(f"plain (differ: {sorted(differ)}): {args[:3]!r:.200}")
     return None
   return {"option": args[1], "target": args[2], "argv": [str(a) for a in args[3:]],
           "env": env, "cwd": os.fspath(kwargs.get("cwd") or os.getcwd()),
-          "new_session": bool(kwargs.get("start_new_session"))}
+          "new_session": bool(kwargs.get("start_new_session")), "socket": server.path,
+          "servers": {python: other.path for python, other in list(_SERVERS.items())
+                      if other.ready()}}
 
 
 def _log(line: str) -> None:
@@ -201,7 +216,7 @@ class Popen(subprocess.Popen):
     streams = [fd if fd != -1 else _open_or_null(default) for fd, default in
                ((p2cread, 0), (c2pwrite, 1), (errwrite, 2))]
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(_SERVER.path)
+    conn.connect(self._warm["socket"])
     socket.send_fds(conn, [json.dumps(self._warm).encode()], streams)
     conn.shutdown(socket.SHUT_WR)
     for fd in streams:
@@ -311,8 +326,9 @@ def _serve(path: str):
   selector.register(listener, selectors.EVENT_READ)
   selector.register(sys.stdin, selectors.EVENT_READ)
   children = {}  # pidfd -> (pid, connection)
-  with open(path + ".env", "w", encoding="utf-8") as f:
+  with open(path + ".env.tmp", "w", encoding="utf-8") as f:
     json.dump(dict(os.environ), f)
+  os.replace(path + ".env.tmp", path + ".env")  # Whole, once the socket listens: `client` waits.
   sys.stdout.write("ready\n")
   sys.stdout.flush()
   while True:
@@ -388,22 +404,27 @@ def _unbuffered() -> None:
                                         write_through=True))
 
 
-def _fork_own_commands(path: str) -> None:
-  """A forked command's own `python ...` processes fork from the same server (path: its socket).
+def _fork_own_commands(request: dict) -> None:
+  """A forked command's own `python ...` processes fork from the servers its test had.
 
-  audioclf launch starts one `python -m audioclf.commands.train` per task:
-  each would spend 3-5 s importing TensorFlow, and a test of a cluster starts
-  several. Every other process it starts stays a plain one (`_request`).
+  audioclf launch starts one `python -m audioclf.commands.train` per task,
+  and migrate --report a legacy-stack Python: each would spend 3-5 s
+  importing TensorFlow, and a test of a cluster starts several. Every other
+  process it starts stays a plain one (`_request`).
   """
-  global _SERVER  # pylint: disable=global-statement
-  _SERVER = _Remote(path)
+  _SERVERS.clear()
+  _SERVERS.update({python: _Remote(path) for python, path in request["servers"].items()})
+  _SERVERS[sys.executable] = _Remote(request["socket"])
   subprocess.Popen = Popen
 
 
-def socket_path() -> Optional[str]:
-  """This process's server's socket, for programs a test runs (SOCKET_ENV); None without one."""
-  start()
-  return _SERVER.path if _SERVER is not None and _SERVER.ready() else None
+def socket_path(python: Optional[str] = None) -> Optional[str]:
+  """The socket of `python`'s server (default this interpreter's), for programs a test runs (SOCKET_ENV); None without one."""
+  server = start(python)
+  return server.path if server is not None and server.ready() else None
+
+
+CLIENT_WAIT_S = 60.0
 
 
 def client(argv) -> int:
@@ -411,9 +432,16 @@ def client(argv) -> int:
 
   For a program that runs `python` itself (tools/check_docs.py, given this as
   a venv's python): its signals are passed on, its status is the command's.
+  A server that is not serving within CLIENT_WAIT_S (still importing, or
+  failed): the command runs as a plain process, as `_request` would.
   """
-  global _SERVER  # pylint: disable=global-statement
-  _SERVER = _Remote(os.environ[SOCKET_ENV])
+  path = os.environ[SOCKET_ENV]
+  deadline = time.monotonic() + CLIENT_WAIT_S
+  while not os.path.exists(path + ".env"):
+    if time.monotonic() > deadline:
+      os.execv(sys.executable, [sys.executable, *argv])
+    time.sleep(0.05)
+  _SERVERS[sys.executable] = _Remote(path)
   proc = Popen([sys.executable, *argv])
   for number in (signal.SIGINT, signal.SIGTERM):
     signal.signal(number, lambda number, _: proc.send_signal(number))
@@ -427,13 +455,12 @@ def client(argv) -> int:
 def _main() -> None:
   if sys.argv[1] == "--client":
     sys.exit(client(sys.argv[2:]))
-  path = sys.argv[1]
-  served = _serve(path)
+  served = _serve(sys.argv[1])
   if served is None:
     return
   request, fds = served
   _become(request, fds)
-  _fork_own_commands(path)
+  _fork_own_commands(request)
   if request["option"] == "-m":
     import runpy  # pylint: disable=import-outside-toplevel
     sys.argv[0] = request["target"]
