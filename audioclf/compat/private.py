@@ -195,8 +195,13 @@ def release_live_iterators() -> int:
   except ImportError:
     return 0
   closed = 0
-  for obj in gc.get_objects():
-    if isinstance(obj, iterator_ops.OwnedIterator) and "_iterator_resource" in vars(obj):
+  objects = gc.get_objects()
+  # isinstance on each of them goes through ABCMeta's check for most (0.2-0.9 s at every exit of
+  # a process with TensorFlow and a model loaded, 400k objects): the iterator types, once each.
+  kinds = {kind for kind in set(map(type, objects))
+           if issubclass(kind, iterator_ops.OwnedIterator)}
+  for obj in objects:
+    if type(obj) in kinds and "_iterator_resource" in vars(obj):  # pylint: disable=unidiomatic-typecheck
       del obj._iterator_resource  # pylint: disable=protected-access
       closed += 1
   return closed
