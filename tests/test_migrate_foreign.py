@@ -337,7 +337,7 @@ def test_report_runs_the_estimator_on_the_legacy_stack(tmp_path):
   if not python:
     pytest.skip("no legacy stack's Python (.venv-legacy, or $AUDIOCLF_LEGACY_PYTHON) to run the "
                 "Estimator: the fixtures' stored probabilities test the report instead")
-  warm.start(python)  # The report's legacy predict forks from a server of it (tests/warm.py).
+  warm.socket_path(python)  # Serving, the report's legacy predict forks from it (tests/warm.py).
   fixture = Fixture("frames_gru")
   proc = _run([f"--from_model_dir={fixture.model_dir}", f"--model={fixture.builder}",
                f"--to_model_dir={tmp_path / 'to'}", "--report",

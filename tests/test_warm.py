@@ -54,6 +54,22 @@ def test_a_module_runs_as_python_m_runs_it(tmp_path):
   assert done.stdout.split() == ["__main__", "['x']", str(tmp_path)]
 
 
+def test_a_forked_commands_own_python_forks_too_with_its_streams_unbuffered():
+  # As audioclf launch starts its tasks: this interpreter, PYTHONUNBUFFERED=1 (and, the
+  # control, without it: whatever the server's own variables were).
+  inner = ("import json, sys; "
+           "print(json.dumps(['tensorflow' in sys.modules, sys.stdout.write_through]))")
+  outer = ("import os, subprocess, sys; env = dict(os.environ, PYTHONUNBUFFERED=sys.argv[1]); "
+           "env.pop('PYTHONUNBUFFERED', None) if not sys.argv[1] else None; "
+           f"print(subprocess.run([sys.executable, '-c', {inner!r}], env=env, "
+           "capture_output=True, text=True).stdout, end='')")
+  for unbuffered in ("1", ""):
+    done = warm.run([sys.executable, "-c", outer, unbuffered], capture_output=True, text=True,
+                    timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [FORKED, bool(unbuffered)]
+
+
 def test_a_signal_reaches_the_process_and_its_status_comes_back():
   proc = warm.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
                     stdout=subprocess.PIPE, text=True)

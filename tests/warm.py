@@ -138,7 +138,7 @@ SOCKET_ENV = "AUDIOCLF_TEST_FORK_SOCKET"
 
 
 def start(python: Optional[str] = None):
-  """Starts the server of `python` (default: this interpreter), its imports running while tests go on; once.
+  """Starts the server of `python` (default: this one), which imports while tests go on; once.
 
   Another interpreter's (the legacy stack's, from a current-stack test):
   its commands fork from then on, and so do those that the forked commands
@@ -186,7 +186,12 @@ def _request(args, kwargs):
           "env": env, "cwd": os.fspath(kwargs.get("cwd") or os.getcwd()),
           "new_session": bool(kwargs.get("start_new_session")), "socket": server.path,
           "servers": {python: other.path for python, other in list(_SERVERS.items())
-                      if other.ready()}}
+                      if _serving(other) and other.ready()}}
+
+
+def _serving(server) -> bool:
+  """Whether `server` serves already (no wait for one still importing: its commands run plain)."""
+  return os.path.exists(server.path + ".env")
 
 
 def _log(line: str) -> None:
@@ -390,18 +395,22 @@ def _become(request: dict, fds) -> None:
   sys.path[:] = [first] + wanted + base
   sys.argv = [request["target"] if request["option"] == SCRIPT else request["option"],
               *request["argv"]]
-  if request["env"].get("PYTHONUNBUFFERED"):
-    _unbuffered()
+  _streams(bool(request["env"].get("PYTHONUNBUFFERED")))
 
 
-def _unbuffered() -> None:
-  """stdout and stderr as PYTHONUNBUFFERED makes them at an interpreter's start: written through."""
+def _streams(unbuffered: bool) -> None:
+  """stdout and stderr made as an interpreter's start makes them, PYTHONUNBUFFERED or not.
+
+  The server's own are those of its start, whatever the command's variable says.
+  """
   for name in ("stdout", "stderr"):
     stream = getattr(sys, name)
     stream.flush()
     raw = io.FileIO(stream.fileno(), "w", closefd=False)
-    setattr(sys, name, io.TextIOWrapper(raw, encoding=stream.encoding, errors=stream.errors,
-                                        write_through=True))
+    setattr(sys, name, io.TextIOWrapper(
+        raw if unbuffered else io.BufferedWriter(raw), encoding=stream.encoding,
+        errors=stream.errors, write_through=unbuffered,
+        line_buffering=not unbuffered and (name == "stderr" or raw.isatty())))
 
 
 def _fork_own_commands(request: dict) -> None:
@@ -419,11 +428,15 @@ def _fork_own_commands(request: dict) -> None:
 
 
 def socket_path(python: Optional[str] = None) -> Optional[str]:
-  """The socket of `python`'s server (default this interpreter's), for programs a test runs (SOCKET_ENV); None without one."""
+  """The socket of `python`'s server (default this one's), once serving: SOCKET_ENV for programs.
+
+  None where forking is off or the server did not start.
+  """
   server = start(python)
   return server.path if server is not None and server.ready() else None
 
 
+# How long `client` waits for a server still importing before it runs its command plainly.
 CLIENT_WAIT_S = 60.0
 
 

@@ -196,12 +196,13 @@ def release_live_iterators() -> int:
     return 0
   closed = 0
   objects = gc.get_objects()
-  # isinstance on each of them goes through ABCMeta's check for most (0.2-0.9 s at every exit of
-  # a process with TensorFlow and a model loaded, 400k objects): the iterator types, once each.
+  # isinstance on each goes through ABCMeta's check for most of them (400k objects with TensorFlow
+  # and a model loaded): the iterator types once each, then a set lookup (0.26 -> 0.21 s a call).
   kinds = {kind for kind in set(map(type, objects))
            if issubclass(kind, iterator_ops.OwnedIterator)}
   for obj in objects:
-    if type(obj) in kinds and "_iterator_resource" in vars(obj):  # pylint: disable=unidiomatic-typecheck
+    # pylint: disable-next=unidiomatic-typecheck
+    if type(obj) in kinds and "_iterator_resource" in vars(obj):
       del obj._iterator_resource  # pylint: disable=protected-access
       closed += 1
   return closed
