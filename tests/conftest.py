@@ -50,6 +50,10 @@ def pytest_unconfigure(config):
   if _FINGERPRINTS_DIR is not None:
     import shutil
     shutil.rmtree(_FINGERPRINTS_DIR, ignore_errors=True)
+  # As a command does (audioclf.commands.cli): the interpreter's last collections skip what the
+  # tests left alive, 2-3 s of each test process's exit.
+  import gc
+  gc.freeze()
 
 ENGINES = ("keras", pytest.param("estimator", marks=pytest.mark.legacy_only))
 # A command-line check of an Estimator's model_dir where the stack has one, else of a Keras
