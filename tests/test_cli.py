@@ -120,7 +120,7 @@ def test_the_traceback_is_there_on_request(tmp_path):
 
 
 FROZEN_AT_EXIT = """
-import atexit, gc, sys
+import atexit, gc
 from audioclf.commands import cli
 before = gc.get_freeze_count()  # A forked process starts with its server's frozen.
 # Registered before the command's own hooks, so it runs after them (atexit runs in reverse).
