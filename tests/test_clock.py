@@ -137,3 +137,19 @@ def test_released_passes_keep_a_freeze_the_caller_made():
     assert gc.get_freeze_count() > 0
   finally:
     gc.unfreeze()
+
+
+def test_loop_makes_the_optimizers_slots_before_fit_traces_its_step():
+  # Made inside the traced step, they would make tf.function trace it a second time.
+  model = _model()
+  model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+  before_the_first_step = []
+
+  class Count(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+      before_the_first_step.append(len(model.optimizer.variables))
+
+  keras_loop.fit(model, _dataset(), steps_per_epoch=1, callbacks=[Count()])
+  # Adam's two moments of the kernel and the bias, there before the first step.
+  assert before_the_first_step == [len(model.optimizer.variables)]
+  assert len(model.optimizer.variables) >= 4

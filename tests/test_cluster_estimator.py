@@ -29,6 +29,9 @@ def test_chief_worker_ps_and_evaluator_train_one_model(tone_params, tmp_path):
       # Verbose: the evaluator's TensorFlow INFO lines say which checkpoints it evaluated.
       env=dict(os.environ, AUDIOCLF_VERBOSE="1"))
   assert run.returncode == 0, run.stderr[-3000:]
+  # AUDIOCLF_VERBOSE=1 brings TensorFlow's lines back (quiet by default: test_engines), the
+  # Estimator's INFO lines once each, in absl's format (TF's own handler would print them twice).
+  assert "Calling model_fn." in run.stderr and "INFO:tensorflow:" not in run.stderr
   summary = json.loads(run.stdout.strip().splitlines()[-1])
   assert summary["task"] == "chief:0" and summary["workers"] == 2
   # Asynchronous steps: those the worker takes while the chief stops and saves still count.

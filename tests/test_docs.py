@@ -18,18 +18,21 @@ from conftest import write_tone_dataset
 import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINKED = (".venv", ".venv-legacy", "tools")
 VENVS = (".venv", ".venv-legacy")
-# The stand-in data's own settings, after the demo preset's: a page's commands run as written,
-# each step a sixteenth of the demo's work (a quarter of the batch, half of each clip).
-STAND_IN = ("--batch_size=16", "--clip_seconds=0.5")
+# The stand-in data's own settings, after each preset's lines: a page's commands run as written,
+# each step a sixteenth of the demo's work (a quarter of the batch, half of each clip), and the
+# page's own model trained a fifth as long.
+STAND_IN = {os.path.join("flags", "demo.flags"): ("--batch_size=16", "--clip_seconds=0.5"),
+            os.path.join("tools", "examples", "my_model.flags"): ("--train_steps=60",
+                                                                  "--eval_every_steps=30")}
 
 
 def _sandbox(root) -> str:
   for name in VENVS:  # Their servers import TensorFlow while the data is written.
     if os.path.isfile(os.path.join(ROOT, name, "bin", "python")):
       warm.start(_python(name))
-  _stand_in_presets(root / "flags")
+  _stand_in(root, "flags")
+  _stand_in(root, "tools")
   words = root / "data" / "speech_words"
   # 1 s clips as the demo's, enough for the stand-in batch in every split.
   write_tone_dataset(words, labels=("yes", "no", "up", "down"), per_label=24, seconds=1.0)
@@ -37,8 +40,8 @@ def _sandbox(root) -> str:
   os.makedirs(words / "_background_noise_")
   sf.write(words / "_background_noise_" / "white.wav",
            np.random.default_rng(0).normal(0, 0.1, 48000).astype(np.float32), 16000)
-  for name in LINKED:
-    if not (name in VENVS and _warm_venv(root, name)) and os.path.exists(os.path.join(ROOT, name)):
+  for name in VENVS:
+    if not _warm_venv(root, name) and os.path.exists(os.path.join(ROOT, name)):
       os.symlink(os.path.join(ROOT, name), root / name)
   return str(root)
 
@@ -70,16 +73,18 @@ def _warm_venv(root, name) -> bool:
   return True
 
 
-def _stand_in_presets(folder) -> None:
-  """flags/ of the repository, linked, but demo.flags: a copy with STAND_IN after its lines."""
-  os.makedirs(folder)
-  for name in os.listdir(os.path.join(ROOT, "flags")):
-    source = os.path.join(ROOT, "flags", name)
-    if name != "demo.flags":
-      os.symlink(source, folder / name)
-      continue
-    with open(source) as f:
-      (folder / name).write_text(f.read() + "\n".join(STAND_IN) + "\n")
+def _stand_in(root, folder: str) -> None:
+  """The repository's `folder` in root: links to its entries, but copies of the STAND_IN presets with their lines after them."""
+  os.makedirs(root / folder)
+  for name in os.listdir(os.path.join(ROOT, folder)):
+    path = os.path.join(folder, name)
+    if path in STAND_IN:
+      with open(os.path.join(ROOT, path)) as f:
+        (root / path).write_text(f.read() + "\n".join(STAND_IN[path]) + "\n")
+    elif any(preset.startswith(path + os.sep) for preset in STAND_IN):
+      _stand_in(root, path)
+    else:
+      os.symlink(os.path.join(ROOT, path), root / path)
 
 
 @pytest.mark.slow

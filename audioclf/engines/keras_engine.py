@@ -311,9 +311,9 @@ def _restore(model: keras.Model, params: Params, chief: bool) -> "_Checkpoints":
   checkpoint = tf.train.Checkpoint(model)
   manager = _Checkpoints(checkpoint, params.model_dir, chief)
   if manager.latest_checkpoint:
-    # v2 optimizers make their slots on the first step; make them now, so the
+    # The optimizer's slots made now (keras_loop.fit would, later), so the
     # restore fills them at once and can check that everything matched.
-    model.optimizer.build(model.trainable_variables)
+    compat.build_optimizer(model)
     checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
     logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
   return manager

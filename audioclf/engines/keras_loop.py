@@ -91,6 +91,7 @@ def fit(model: keras.Model, dataset, *, steps_per_epoch: int, epochs: int = 1,
     loop.append(KerasStallCallback(meter, stall_log_dir, every_steps=stall_log_every))
   if tensorboard_dir:
     loop.append(compat.TensorBoard(tensorboard_dir, update_freq=tensorboard_update_freq))
+  compat.build_optimizer(model)  # Under the caller's strategy scope, as the model was made.
   with passes_released():
     return model.fit(
         dataset,
