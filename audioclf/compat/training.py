@@ -61,13 +61,16 @@ def build_optimizer(model) -> None:
   Both stacks' optimizers make them on their first step otherwise, inside
   the traced step, and tf.function traces a function again when it made
   variables: BC-ResNet's first epoch took 11.6 s for 6.6 s (Keras 3; 8.9
-  for 6.8 on Keras 2), a 40-step run of the tone CNN a quarter less. Again
-  is nothing: every family's build returns when built. Keras 2's legacy
-  family (a builder's own, under --optimizer=model) makes its slots its
-  own way, and has no build.
+  for 6.8 on Keras 2), a 40-step run of the tone CNN a quarter less. Once
+  only: a built Keras 3 optimizer (a subclass of a team's own may not guard
+  its build) is left as it is, and Keras 2's optimizers, which say nothing
+  of it, return from a second build themselves. Keras 2's legacy family (a
+  builder's own, under --optimizer=model) makes its slots its own way, and
+  has no build.
   """
-  if not is_legacy_optimizer(model.optimizer):
-    model.optimizer.build(model.trainable_variables)
+  optimizer = model.optimizer
+  if not is_legacy_optimizer(optimizer) and not getattr(optimizer, "built", False):
+    optimizer.build(model.trainable_variables)
 
 
 def learning_phase():
