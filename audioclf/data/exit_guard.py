@@ -65,7 +65,8 @@ def close_live_iterators() -> int:
   clear_reported_exception_frames()
   gc.collect()  # Iterators only garbage holds go first, the ordinary way.
   closed = private.release_live_iterators()
-  gc.collect()
+  if closed:  # Their handles, where cycles hold them; none closed, nothing new to free (0.2 s).
+    gc.collect()
   return closed
 
 
