@@ -74,7 +74,7 @@ def _warm_venv(root, name) -> bool:
 
 
 def _stand_in(root, folder: str) -> None:
-  """The repository's `folder` in root: links to its entries, but copies of the STAND_IN presets with their lines after them."""
+  """The repository's `folder` in root: links to its entries, the STAND_IN presets copied."""
   os.makedirs(root / folder)
   for name in os.listdir(os.path.join(ROOT, folder)):
     path = os.path.join(folder, name)

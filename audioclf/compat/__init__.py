@@ -29,5 +29,5 @@ from audioclf.compat.stack import (  # noqa: F401
     require_estimator, stack_record)
 from audioclf.compat.tflite import tflite_interpreter  # noqa: F401
 from audioclf.compat.training import (  # noqa: F401
-    TensorBoard, build_optimizer, clear_session, fit_under, forget_trial_gradients, is_legacy_optimizer, learning_phase,
-    optimizers, trial_gradient_names)
+    TensorBoard, build_optimizer, clear_session, fit_under, forget_trial_gradients,
+    is_legacy_optimizer, learning_phase, optimizers, trial_gradient_names)

@@ -222,7 +222,7 @@ def _audio_model_dir(team, params: Params) -> dict[str, Any]:
     raise MigrationError(f"no model_dir audioclf trains on: {e}") from e
   whole = next(layer for layer in model.layers if isinstance(layer, keras.Model))
   _copy(whole.weights, team.weights, "weights")
-  model.optimizer.build(model.trainable_variables)
+  compat.build_optimizer(model)
   _copy(model.optimizer.variables, team.optimizer.variables, "optimizer variables")
   return {"params": params, "labels": labels, "model": model}
 

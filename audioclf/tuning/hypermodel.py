@@ -84,7 +84,7 @@ class AudioHyperModel(kt.HyperModel):
     # The optimizer's slots, made now rather than by the first step: a trial's
     # weights file holds them, and Keras 3 skips restoring an optimizer that
     # has none yet (tuner.load_model, in save_best_model), step count included.
-    model.optimizer.build(model.trainable_variables)
+    compat.build_optimizer(model)
     return model
 
   def fit(self, hp: kt.HyperParameters, model: keras.Model,
