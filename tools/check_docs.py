@@ -4,6 +4,7 @@
   python tools/check_docs.py --dry_run                 # list the commands it would run
   python tools/check_docs.py --pages=docs/your_model.md --stacks=current
   python tools/check_docs.py --pages=docs/your_model.md --root=<a folder laid out like this one>
+  python tools/check_docs.py --outputs=outputs.jsonl   # each command's standard output kept
 
 A command is a line of a ```sh block (a `\\` ends a line that goes on), its
 `# comment` dropped. `export NAME=value` lines set the environment of the
@@ -16,18 +17,22 @@ reader whose venv is not active) runs once, as written; one that says plain
 `python` runs on each stack. Commands run from the repository root, one
 after another (a later one may read what an earlier one wrote), each within
 --timeout_s; the first failure stops the check with its output's end.
+With --outputs, a JSON line per command that ran (page, stack, command and
+its whole standard output) goes to that file: what a test asserts on
+(tests/test_docs.py), without running the commands a second time.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import re
 import subprocess
 import sys
 import time
-from typing import Iterator
+from typing import Iterator, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENVS = {"current": ".venv", "legacy": ".venv-legacy"}
@@ -93,8 +98,12 @@ def _stacks_of(block: list[str], present: list[str]) -> list[str]:
 
 
 def run(command: str, env: dict[str, str], stack: str, timeout_s: float,
-        root: str = ROOT) -> tuple[int, str, float]:
-  """Runs `command` with bash in `root`, the stack's venv first on PATH: (status, output, s)."""
+        root: str = ROOT) -> tuple[int, str, str, float]:
+  """Runs `command` with bash in `root`, the stack's venv first on PATH.
+
+  Returns:
+    (status, the output's end, the whole standard output, seconds).
+  """
   venv_bin = os.path.join(root, VENVS[stack], "bin")
   full_env = dict(os.environ, PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
                   VIRTUAL_ENV=os.path.dirname(venv_bin), **env)
@@ -103,8 +112,9 @@ def run(command: str, env: dict[str, str], stack: str, timeout_s: float,
     proc = subprocess.run(["bash", "-c", command], cwd=root, env=full_env, capture_output=True,
                           text=True, timeout=timeout_s)
   except subprocess.TimeoutExpired:
-    return 124, f"timed out after {timeout_s:.0f} s", time.monotonic() - start
-  return proc.returncode, (proc.stdout + proc.stderr)[-3000:], time.monotonic() - start
+    return 124, f"timed out after {timeout_s:.0f} s", "", time.monotonic() - start
+  return (proc.returncode, (proc.stdout + proc.stderr)[-3000:], proc.stdout,
+          time.monotonic() - start)
 
 
 def main() -> int:
@@ -115,9 +125,25 @@ def main() -> int:
   parser.add_argument("--dry_run", action="store_true")
   parser.add_argument("--root", default=ROOT, help="Where the commands run (default the "
                       "repository; tests/test_docs.py gives a copy laid out like it).")
+  parser.add_argument("--outputs", help="A file for each command's standard output, a JSON "
+                      "line each (page, stack, command, stdout).")
   args = parser.parse_args()
   stacks = [s for s in args.stacks.split(",")
             if os.access(os.path.join(args.root, VENVS[s], "bin", "python"), os.X_OK)]
+  outputs = open(args.outputs, "w") if args.outputs else None  # pylint: disable=consider-using-with
+  try:
+    ran = check(args, stacks, outputs)
+  finally:
+    if outputs:
+      outputs.close()
+  if ran is None:
+    return 1
+  print(f"{ran} documented commands ran as written", flush=True)
+  return 0
+
+
+def check(args: argparse.Namespace, stacks: list[str], outputs) -> Optional[int]:
+  """Runs (or with --dry_run lists) the pages' commands: how many ran, None at a failure."""
   ran = 0
   for page in args.pages or pages():
     for block in blocks(page):
@@ -131,15 +157,17 @@ def main() -> int:
           if args.dry_run:
             print(f"{where}: {command}", flush=True)
             continue
-          code, output, seconds = run(command, env, stack, args.timeout_s, args.root)
+          code, output, stdout, seconds = run(command, env, stack, args.timeout_s, args.root)
+          if outputs:
+            outputs.write(json.dumps({"page": os.path.relpath(page, ROOT), "stack": stack,
+                                      "command": command, "stdout": stdout}) + "\n")
           print(f"{'ok  ' if code == 0 else 'FAIL'} {seconds:6.1f} s  {where}: {command}",
                 flush=True)
           if code != 0:
             print(output, flush=True)
-            return 1
+            return None
           ran += 1
-  print(f"{ran} documented commands ran as written", flush=True)
-  return 0
+  return ran
 
 
 if __name__ == "__main__":
