@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from audioclf import Params
 from audioclf.compat import keras
-from audioclf.model.features import LogMelSpectrogram, SpecAugment
+from audioclf.model.features import LogMelSpectrogram, SpecAugment, mel_matrix
 
 SR = 16000
 
@@ -72,6 +72,21 @@ def test_same_values_eagerly_and_inside_tf_data():
   eager = layer(wave).numpy()
   ds = tf.data.Dataset.from_tensors(wave).map(layer)
   np.testing.assert_allclose(next(iter(ds)).numpy(), eager, rtol=1e-5, atol=1e-5)
+
+
+def test_a_graph_that_builds_the_layer_holds_its_filters_as_one_constant():
+  # Each Estimator graph builds the model again: the filters are computed once per
+  # configuration, not as tf.signal's 255 ops in every graph.
+  with tf.Graph().as_default() as graph:
+    layer = _log_mel()
+    layer(tf.zeros([1, 16000]))
+  # The STFT and the rest: ~100 ops; the filters built in place added 255 more.
+  assert len(graph.get_operations()) < 150, len(graph.get_operations())
+  with tf.Graph().as_default():
+    reference = tf.signal.linear_to_mel_weight_matrix(40, 257, 16000, 20.0, 7600.0)
+    with tf.compat.v1.Session() as session:
+      reference = session.run(reference)
+  np.testing.assert_array_equal(mel_matrix(40, 257, SR, 20.0, 7600.0), reference)
 
 
 def test_from_params_and_config_round_trip():
