@@ -146,6 +146,7 @@ def check(args: argparse.Namespace, stacks: list[str], outputs) -> Optional[int]
   """Runs (or with --dry_run lists) the pages' commands: how many ran, None at a failure."""
   ran = 0
   for page in args.pages or pages():
+    page_name = os.path.relpath(page, ROOT)
     for block in blocks(page):
       block_stacks = _stacks_of(block, stacks)
       for env, command in commands(block):
@@ -153,13 +154,13 @@ def check(args: argparse.Namespace, stacks: list[str], outputs) -> Optional[int]
           if stack not in stacks:
             print(f"skipped ({stack} stack absent): {command}", flush=True)
             continue
-          where = f"{os.path.relpath(page, ROOT)} [{stack}]"
+          where = f"{page_name} [{stack}]"
           if args.dry_run:
             print(f"{where}: {command}", flush=True)
             continue
           code, output, stdout, seconds = run(command, env, stack, args.timeout_s, args.root)
           if outputs:
-            outputs.write(json.dumps({"page": os.path.relpath(page, ROOT), "stack": stack,
+            outputs.write(json.dumps({"page": page_name, "stack": stack,
                                       "command": command, "stdout": stdout}) + "\n")
           print(f"{'ok  ' if code == 0 else 'FAIL'} {seconds:6.1f} s  {where}: {command}",
                 flush=True)

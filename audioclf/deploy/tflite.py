@@ -43,7 +43,7 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.data.pipeline import input_fn
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
-from audioclf.model.features import LogMelSpectrogram
+from audioclf.model.features import LogMelSpectrogram, mel_matrix
 from audioclf.params import Params
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
@@ -79,11 +79,8 @@ class BandedLogMelSpectrogram(LogMelSpectrogram):
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    with tf.init_scope():  # Eager even while Keras builds a graph: these are constants.
-      matrix = tf.signal.linear_to_mel_weight_matrix(
-          num_mel_bins=self.n_mels, num_spectrogram_bins=self.fft_length // 2 + 1,
-          sample_rate=self.sample_rate, lower_edge_hertz=self.fmin,
-          upper_edge_hertz=self.upper_hz).numpy()
+    matrix = mel_matrix(self.n_mels, self.fft_length // 2 + 1, self.sample_rate,
+                        self.fmin, self.upper_hz)
     width = max(1, int((matrix != 0).sum(axis=0).max()))
     # Padding entries gather bin 0 with weight 0.
     self.band_bins = np.zeros([self.n_mels, width], np.int32)
