@@ -17,6 +17,7 @@ from audioclf import params as params_lib
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.commands import cli
 from audioclf.data.manifest import DataError
+from audioclf.engines import keras_engine
 from audioclf.engines.keras_engine import evaluation_batching
 import warm
 
@@ -146,6 +147,13 @@ MIRRORED = textwrap.dedent("""
     print(json.dumps({"metrics": metrics, "replicas": strategy.num_replicas_in_sync,
                       "single": single, "spread": spread}))
 """)
+
+
+def test_mirrored_replicas_on_cpus_read_their_batches_where_they_are():
+  """No multi-device iterator to fetch batches to a CPU: its pipelines would autotune (pipeline.AUTOTUNE)."""
+  options = keras_engine._input_options(tf.distribute.MirroredStrategy(["/cpu:0"]))
+  assert options.experimental_fetch_to_device is False
+  assert options.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_REPLICA
 
 
 @pytest.mark.slow

@@ -29,6 +29,15 @@ def test_element_spec_is_as_documented(params):
         {"waveform": tf.TensorSpec([None, 16000], tf.float32)}, tf.TensorSpec([None], tf.int32))
 
 
+def test_no_pipeline_autotunes(params):
+  """Destroying an iterator whose pipeline autotunes can wait up to a minute (pipeline.AUTOTUNE)."""
+  list(audioclf.input_fn(params, "eval"))  # Fills the cache: the warm pipelines next.
+  for mode in ("train", "eval", "infer"):
+    for cache in (params.cache_dir, None):
+      ds = audioclf.input_fn(params.replace(cache_dir=cache), mode)
+      assert ds.options().autotune.enabled is False, (mode, cache)
+
+
 def test_eval_reads_each_example_once_in_a_fixed_order(params):
   n = len(manifest_lib.load(params).split("validation"))
   runs = [[(f["waveform"].numpy(), y.numpy()) for f, y in audioclf.input_fn(params, "eval")]

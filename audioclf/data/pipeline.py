@@ -36,6 +36,16 @@ from audioclf.data.sampler import Recent, Sampler, split_tensor, window
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
+# Autotuning is off in every pipeline (_options), as its optimizing thread
+# makes destroying an iterator (the end of a fit, of an evaluation, of a
+# tuner trial) wait out that thread's sleep, up to a minute, at random: woken
+# by the cancellation (Model::OptimizeLoop, TensorFlow 2.15 and 2.21 alike),
+# it can check IsCancelled() before the CancellationManager, still running
+# its callbacks, has set it, and sleeps again. Measured after a fit under
+# MirroredStrategy: 0.06-35 s with it, under 0.1 s in 12 runs of 12 without.
+# Without it AUTOTUNE means: maps as parallel as their thread pool, prefetch
+# buffers that grow while their consumer waits (tf.data's legacy autotuning,
+# no thread); tools/bench_input.py's rows did not move (2026-12-03).
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
 _ENDLESS = 2**62
 
@@ -655,6 +665,7 @@ def _options(params: Params, training: bool, augments: bool = False) -> tf.data.
     # used with every augmentation on, 1.99 with this; the order and the
     # bits are the same).
     options.threading.private_threadpool_size = 2 * (os.cpu_count() or 1)
+  options.autotune.enabled = False  # See AUTOTUNE.
   # Fused maps do one dispatch per element instead of several.
   options.experimental_optimization.map_fusion = True
   options.experimental_optimization.map_parallelization = True

@@ -113,11 +113,10 @@ def passes_released() -> Iterator[None]:
   owner (Keras 3's TFEpochIterator and its _enumerate_iterator). A pass that
   ends before its data does (fit stopped at train_steps, evaluate at the end
   of a dataset of unknown length) leaves that generator suspended, so the
-  pair and the iterator go only in a full collection, whenever the process
-  next runs one. By then the iterator's autotuning thread sleeps up to 60 s
-  between optimizations, and destroying the iterator waits for it: full
-  collections of 25-53 s in the test workers; 35-40 s to destroy one run's
-  iterator 100 s after the run, under 0.01 s right after it.
+  pair and the iterator (its threads, its buffers of batches) go only in a
+  full collection, whenever the process next runs one: in the test workers,
+  full collections of 25-53 s, when destroying an iterator still waited for
+  its autotuning thread (pipeline.AUTOTUNE: off since).
 
   So: a collection on exit, right after the pass. Everything older is frozen
   out of it (gc.freeze), so it walks only what the pass made: 0.04 s after a
