@@ -56,6 +56,21 @@ def test_measured_writes_where_the_environment_says_with_the_command_line(pages)
   assert record["figure"] == 1.5 and record["command"] == "python tools/bench.py --measured"
 
 
+def test_bench_input_verdicts_are_those_of_the_values_they_print():
+  """Each round's ratio is taken within the round; the verdict reads their median, as printed."""
+  import bench_input
+
+  def rounds(*rates):
+    return [bench_input.Run(0.1, rate, 100.0) for rate in rates]
+
+  # The cold pass ahead in two rounds of three (1.25, 1.09, 0.33: median 1.09); the medians apart
+  # (5.0 against 5.5) say otherwise, as a machine whose load drifts between rounds makes them.
+  _, targets = bench_input.summarize("wav", {"audioclf_cold": rounds(5.0, 6.0, 2.0),
+                                             "best_practice": rounds(4.0, 5.5, 6.0)})
+  (cold,) = targets
+  assert cold["target"] == "cold_vs_best" and round(cold["value"], 3) == 1.091 and cold["pass"]
+
+
 def test_bench_train_page_holds_its_table_verdicts_and_rows(pages):
   import bench_train
 

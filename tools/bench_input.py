@@ -457,11 +457,12 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
     targets.append({"workload": name, "target": "warm_vs_memory", "value": v,
                     "want": f">= {TARGET_WARM_RATIO}", "pass": v >= TARGET_WARM_RATIO})
   if "audioclf_cold" in by and "best_practice" in by:
+    # The verdict of the value shown: the median of ratios within a round, not of medians apart
+    # (which said MISS beside 1.236 on a noisy machine).
     v = statistics.median(a.first_epoch_examples_per_s / b.first_epoch_examples_per_s
                           for a, b in zip(runs["audioclf_cold"], runs["best_practice"]))
-    cold, best = by["audioclf_cold"]["examples_per_s"], by["best_practice"]["examples_per_s"]
     targets.append({"workload": name, "target": "cold_vs_best", "value": v, "want": ">= 1.0",
-                    "pass": cold >= best})
+                    "pass": v >= 1.0})
   if "short_warm" in runs and "short_limit" in runs:
     v = statistics.median(b.first_epoch_examples_per_s / a.first_epoch_examples_per_s
                           for a, b in zip(runs["short_warm"], runs["short_limit"]))
