@@ -24,7 +24,8 @@ test_zoo, test_export), which is most of the swings between runs of the suite.
 Those were Keras' fit and evaluate leaving their tf.data iterators in
 reference cycles, whose destruction a minute later waited for each
 iterator's autotuning thread; engines.keras_loop.passes_released now
-destroys them as each pass returns.
+destroys them as each pass returns, and no pipeline autotunes
+(data/pipeline.py's AUTOTUNE says why: a race in TensorFlow's cancellation).
 """
 
 import collections
