@@ -21,6 +21,11 @@ import pytest
 import soundfile as sf
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# One thread per op in the tests and the commands they start: tools/test.sh runs a worker per
+# core already, and the tests' models are small enough that splitting an op costs more than it
+# saves (2026-12-03, 2 cores, alternating runs of six long files on two workers: 151 and 156 CPU
+# seconds against 166 and 186; one worker: 84 s against 100-120 s). tf.data's own threads stay.
+os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 # Ctrl-C reaches the tests' processes as it reaches a terminal's, however the suite was started:
 # a shell without job control starts a background job with SIGINT ignored, every process inherits
 # that, and Python then never raises KeyboardInterrupt (tests/test_exit.py's Ctrl-C tests hung,
