@@ -459,13 +459,11 @@ def summarize(name: str, runs: dict[str, list[Run]]) -> tuple[list[dict], list[d
   if "audioclf_cold" in by and "best_practice" in by:
     # The verdict of the value shown: the median of ratios within a round, not of medians apart
     # (which said MISS beside 1.236 on a noisy machine).
-    v = statistics.median(a.first_epoch_examples_per_s / b.first_epoch_examples_per_s
-                          for a, b in zip(runs["audioclf_cold"], runs["best_practice"]))
+    v = _ratio(runs, "audioclf_cold", "best_practice")
     targets.append({"workload": name, "target": "cold_vs_best", "value": v, "want": ">= 1.0",
                     "pass": v >= 1.0})
   if "short_warm" in runs and "short_limit" in runs:
-    v = statistics.median(b.first_epoch_examples_per_s / a.first_epoch_examples_per_s
-                          for a, b in zip(runs["short_warm"], runs["short_limit"]))
+    v = _ratio(runs, "short_limit", "short_warm")  # The warm run's time over the limit's.
     targets.append({"workload": name, "target": "short_warm_run", "value": v,
                     "want": f"<= {TARGET_SHORT_RUN_RATIO} x the in-memory limit's time",
                     "pass": v <= TARGET_SHORT_RUN_RATIO})
