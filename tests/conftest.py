@@ -5,6 +5,8 @@ the other with the reason in pytest's summary (`-rs`), never dropped:
 
   @pytest.mark.legacy_only    needs tf.estimator or Keras 2 (Python 3.11, TF 2.15)
   @pytest.mark.current_only   needs Keras 3 (Python 3.12+, TF >= 2.20)
+  @pytest.mark.once           a slow check of what no stack changes: where tools/test.sh tests the
+                              current stack too, the legacy stack skips it
 
 ENGINES parametrizes a test over the engines, the Estimator marked legacy_only.
 """
@@ -78,6 +80,10 @@ def pytest_collection_modifyitems(config, items):
       "current_only": None if compat.KERAS3 else pytest.mark.skip(
           reason=f"needs the current stack (Keras 3; tools/test.sh runs it in .venv where "
                  f"Python 3.12 or 3.13 exists): {here}"),
+      # Run alone (plain pytest, or one stack), it runs here too.
+      "once": None if compat.KERAS3 or "current" not in os.environ.get(
+          "AUDIOCLF_TESTED_STACKS", "").split() else pytest.mark.skip(
+              reason="checks what no stack changes: this run's current stack covers it"),
   }
   for item in items:
     for marker, skip in skips.items():

@@ -267,6 +267,7 @@ def test_gpu_check_without_a_gpu_says_so_and_succeeds():
 
 
 @pytest.mark.slow
+@pytest.mark.once  # The measured pages are the current stack's (bench_stacks compares).
 def test_bench_train_smoke_prints_the_table_and_writes_json_and_png(tmp_path):
   out = tmp_path / "bench.json"
   png = tmp_path / "bench.png"
@@ -309,6 +310,7 @@ def test_bench_stacks_worker_trains_the_real_model_and_writes_its_rate(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.once  # The measured pages are the current stack's (bench_stacks compares).
 def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
   out = tmp_path / "bench.json"
   proc = _run(["tools/bench_input.py", "--workloads=wav", "--n_wav=96", "--batch_size=16",

@@ -80,7 +80,7 @@ def test_two_workers_train_one_model_evaluate_exactly_and_resume_after_a_kill(to
                                                                               tmp_path):
   # batch 8 over 2 workers: 4 a replica; the validation split (4 clips) and
   # the test split (11) do not divide into whole global batches.
-  params = tone_params.replace(engine="keras", model_dir=str(tmp_path / "model"), train_steps=60,
+  params = tone_params.replace(engine="keras", model_dir=str(tmp_path / "model"), train_steps=40,
                                eval_every_steps=20, log_every_steps=10)
   flagfile = _flagfile(params, tmp_path)
   # First run: killed, every worker with it, once the checkpoint of step 20 is there (listed
@@ -99,10 +99,10 @@ def test_two_workers_train_one_model_evaluate_exactly_and_resume_after_a_kill(to
   assert second.returncode == 0, err[-3000:]
   summary = json.loads(out.strip().splitlines()[-1])
   assert summary["task"] == "worker:0" and summary["workers"] == 2
-  assert summary["steps"] == 60  # Continued from the checkpoint the kill left.
+  assert summary["steps"] == 40  # Continued from the checkpoint the kill left.
   resumed = re.search(r"resuming from \S*model\.ckpt-(\d+)", err)
-  assert resumed and int(resumed.group(1)) < 60, err[-3000:]  # The kill stopped the training.
-  assert model_dir_lib.checkpoint_step(tf.train.latest_checkpoint(params.model_dir)) == 60
+  assert resumed and int(resumed.group(1)) < 40, err[-3000:]  # The kill stopped the training.
+  assert model_dir_lib.checkpoint_step(tf.train.latest_checkpoint(params.model_dir)) == 40
   assert summary["val_accuracy"] > 0.9 and summary["test_accuracy"] > 0.9
   with open(os.path.join(params.model_dir, "metrics.json")) as f:
     assert json.load(f) == summary

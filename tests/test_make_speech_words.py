@@ -184,6 +184,7 @@ def test_babble_is_speech_like(noisy):
 
 
 @pytest.mark.slow
+@pytest.mark.once  # numpy and soundfile: no TensorFlow.
 def test_background_noise_deterministic_and_reused(noisy, tmp_path):
   out, noise = noisy
   again = tmp_path / "again"

@@ -23,6 +23,13 @@ for stack in "${STACKS[@]}"; do
   STATUS[$stack]=0
   use_stack "$stack" || STATUS[$stack]=$?
 done
+# The stacks this run tests: a check marked `once` (tests/conftest.py) runs on the current stack
+# alone where that stack is among them.
+TESTED=()
+for stack in "${STACKS[@]}"; do
+  [ "${STATUS[$stack]}" = 0 ] && TESTED+=("$stack")
+done
+export AUDIOCLF_TESTED_STACKS="${TESTED[*]}"
 for stack in "${STACKS[@]}"; do
   echo "[audioclf] === tests on the $stack stack ===" >&2
   rc=${STATUS[$stack]}
