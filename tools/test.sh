@@ -19,15 +19,13 @@ PARALLEL=()
 [ "$WORKERS" -gt 1 ] && PARALLEL=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 # Every stack's venv before any test: a test may run the other stack's commands (the legacy
 # stack's report in tests/test_migrate.py, docs/your_model.md's blocks in tests/test_docs.py).
-for stack in "${STACKS[@]}"; do
-  STATUS[$stack]=0
-  use_stack "$stack" || STATUS[$stack]=$?
-done
 # The stacks this run tests: a check marked `once` (tests/conftest.py) runs on the current stack
 # alone where that stack is among them.
 TESTED=()
 for stack in "${STACKS[@]}"; do
-  [ "${STATUS[$stack]}" = 0 ] && TESTED+=("$stack")
+  STATUS[$stack]=0
+  use_stack "$stack" || STATUS[$stack]=$?
+  [ "${STATUS[$stack]}" != 0 ] || TESTED+=("$stack")
 done
 export AUDIOCLF_TESTED_STACKS="${TESTED[*]}"
 for stack in "${STACKS[@]}"; do
