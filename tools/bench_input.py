@@ -60,7 +60,6 @@ import dataclasses
 import functools
 import gc
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -537,19 +536,12 @@ def main(argv):
       raise app.UsageError(f"--augmentations: unknown {a!r}; known: {list(AUGMENTATIONS)}")
   params = command_flags.params_from_flags()
   load_before = measured.load()
-  if os.path.exists(_cold_root()):
-    _log(f"removing cold caches an interrupted run left in {_cold_root()}")
-    shutil.rmtree(_cold_root(), ignore_errors=True)
-  rows, targets = [], []
   each = FLAGS.augment_each and "audioclf_augment" in FLAGS.pipelines
   each = len(FLAGS.augmentations) if each else 0
   total = len(FLAGS.workloads) * (len(FLAGS.pipelines) + each) * FLAGS.repeats
-  with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
-    for name in FLAGS.workloads:
-      r, t = summarize(name, bench_workload(name, params, bar))
-      rows += r
-      targets += t
-  shutil.rmtree(_cold_root(), ignore_errors=True)
+  rows, targets = benchdata.each_workload(
+      FLAGS.workloads, lambda name, bar: summarize(name, bench_workload(name, params, bar)),
+      total, _cold_root())
   text = report(rows, targets, params)
   print("\n" + text.replace("```\n", "").replace("\n```", ""))
   if FLAGS.json:

@@ -61,7 +61,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -496,18 +495,10 @@ def _check_flags() -> None:
 def bench(params: audioclf.Params) -> tuple[list[dict], list[dict]]:
   """Every workload's runs, summarized: (rows, targets)."""
   os.makedirs(FLAGS.out_dir, exist_ok=True)
-  if os.path.exists(_cold_root()):
-    _log(f"removing cold caches an interrupted run left in {_cold_root()}")
-    shutil.rmtree(_cold_root(), ignore_errors=True)
-  rows, targets = [], []
   total = len(FLAGS.workloads) * len(FLAGS.engines) * len(FLAGS.pipelines) * FLAGS.repeats
-  with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
-    for name in FLAGS.workloads:
-      r, t = summarize(name, bench_workload(name, params, bar))
-      rows += r
-      targets += t
-  shutil.rmtree(_cold_root(), ignore_errors=True)
-  return rows, targets
+  return benchdata.each_workload(
+      FLAGS.workloads, lambda name, bar: summarize(name, bench_workload(name, params, bar)),
+      total, _cold_root())
 
 
 def main(argv):

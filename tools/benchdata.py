@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -281,6 +282,26 @@ def scratch_estimator(model: keras.Model, parent_dir: str) -> Iterator[tf.estima
     yield keras.estimator.model_to_estimator(keras_model=model, config=config)
   finally:
     shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def each_workload(names: Sequence[str], run: Callable, total: int,
+                  cold_root: str) -> tuple[list, list]:
+  """(rows, targets) of every run(name, bar) -> (rows, targets), under one progress bar of `total` runs.
+
+  Cold caches an interrupted run left in `cold_root` go first, this run's after it.
+  """
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  if os.path.exists(cold_root):
+    tqdm.write(f"removing cold caches an interrupted run left in {cold_root}", file=sys.stderr)
+    shutil.rmtree(cold_root, ignore_errors=True)
+  rows, targets = [], []
+  with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
+    for name in names:
+      r, t = run(name, bar)
+      rows += r
+      targets += t
+  shutil.rmtree(cold_root, ignore_errors=True)
+  return rows, targets
 
 
 def write_json(path: str, params: Params, rows: list, targets: list, **extra) -> None:
