@@ -181,10 +181,6 @@ def measure(build: Callable[[], tf.data.Dataset], batches_per_epoch: int, steady
   return run
 
 
-def _log(msg: str) -> None:
-  tqdm.write(msg, file=sys.stderr)
-
-
 def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, list[Run]]:
   """Runs every selected pipeline --repeats times on one workload."""
   workload = benchdata.WORKLOADS[name]
@@ -198,7 +194,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   t = time.perf_counter()
   with tqdm(total=n_files, desc=f"{name}: files", file=sys.stderr, leave=False) as b:
     files, labels = benchdata.make_files(workload, root, n_files, progress=b.update)
-  _log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
+  benchdata.log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
 
   data_params = benchdata.audioclf_params(root, os.path.join(cache_root, "warm"), params)
   builders: dict[str, Callable[[], tf.data.Dataset]] = {}
@@ -211,7 +207,8 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
     t = time.perf_counter()
     with tqdm(total=n_files, desc=f"{name}: decode to memory", file=sys.stderr, leave=False) as b:
       clips = benchdata.decode_all(files, data_params, progress=b.update)
-    _log(f"[{name}] decoded {clips.shape} float32 into memory ({time.perf_counter() - t:.1f} s)")
+    benchdata.log(f"[{name}] decoded {clips.shape} float32 into memory "
+                  f"({time.perf_counter() - t:.1f} s)")
     builders["in_memory"] = lambda: benchdata.in_memory_input_fn(clips, labels, data_params)
   if "naive" in FLAGS.pipelines:
     builders["naive"] = lambda: benchdata.naive_input_fn(files, labels, workload, data_params)
@@ -221,7 +218,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
   if "audioclf_warm" in FLAGS.pipelines or "audioclf_checked" in FLAGS.pipelines:
     t = time.perf_counter()
     fill_lib.fill(data_params, ("train",))  # Untimed.
-    _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
+    benchdata.log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
     builders["audioclf_warm"] = lambda: audioclf.input_fn(data_params, "train")
     split_data = _split_data_path(data_params)
 
@@ -262,7 +259,8 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
       fresh_cold_dir("warmup")
     t = time.perf_counter()
     next(iter(build()))
-    _log(f"[{name}] first construction of {p}: first batch in {time.perf_counter() - t:.2f} s")
+    benchdata.log(f"[{name}] first construction of {p}: first batch in "
+                  f"{time.perf_counter() - t:.2f} s")
     gc.collect()
 
   runs: dict[str, list[Run]] = {p: [] for p in builders}
@@ -290,9 +288,9 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[str, l
       runs[p].append(run)
       steady = (f", steady {run.steady_examples_per_s:,.0f}/s"
                 if run.steady_examples_per_s else "")
-      _log(f"[{name}] round {r + 1} {p:16s}: first batch {run.first_batch_s:.3f} s, "
-           f"first epoch {run.first_epoch_examples_per_s:,.0f}/s{steady}, "
-           f"{cpu_us(p, run):.0f} CPU us/example")
+      benchdata.log(f"[{name}] round {r + 1} {p:16s}: first batch {run.first_batch_s:.3f} s, "
+                    f"first epoch {run.first_epoch_examples_per_s:,.0f}/s{steady}, "
+                    f"{cpu_us(p, run):.0f} CPU us/example")
       bar.update(1)
   if FLAGS.short_epochs and "audioclf_warm" in builders:
     runs.update(short_runs(name, data_params, batches))
@@ -347,8 +345,8 @@ def demo_training(name: str, params: audioclf.Params) -> Run:
   keras_loop.fit(model, benchdata.repeated_batches_input_fn(held),
                  steps_per_epoch=5 + FLAGS.train_steps_timed, clocks=[clock])
   rate = clock.examples_per_sec(params.batch_size)
-  _log(f"[{name}] demo_train: the {demo.model} of {os.path.basename(FLAGS.demo_flagfile)} "
-       f"({demo.model_args}) trains {rate:,.0f} examples/s")
+  benchdata.log(f"[{name}] demo_train: the {demo.model} of {os.path.basename(FLAGS.demo_flagfile)} "
+                f"({demo.model_args}) trains {rate:,.0f} examples/s")
   return Run(clock.first_step_s or 0.0, rate, 0.0, rate, 0.0)
 
 
@@ -406,8 +404,8 @@ def short_runs(name: str, params: audioclf.Params, batches: int) -> dict[str, li
       del it
       gc.collect()
       out[p].append(Run(first, steps * params.batch_size / wall, 0.0))
-      _log(f"[{name}] round {r + 1} {p:11s}: {steps} steps of {FLAGS.short_step_ms:g} ms in "
-           f"{wall:.3f} s (first batch {first:.3f} s)")
+      benchdata.log(f"[{name}] round {r + 1} {p:11s}: {steps} steps of "
+                    f"{FLAGS.short_step_ms:g} ms in {wall:.3f} s (first batch {first:.3f} s)")
   return out
 
 

@@ -214,10 +214,6 @@ def train_estimator(params: audioclf.Params, build: Callable[[], tf.data.Dataset
 TRAIN = {"keras": train_keras, "estimator": train_estimator}
 
 
-def _log(msg: str) -> None:
-  tqdm.write(msg, file=sys.stderr)
-
-
 def _cold_root() -> str:
   return os.path.join(FLAGS.out_dir, "cold-train")
 
@@ -246,7 +242,7 @@ def bench_workload(name: str, params: audioclf.Params, bar: tqdm) -> dict[tuple[
   for engine in engines:
     t = time.perf_counter()
     TRAIN[engine](data_params, builders["limit"], FLAGS.warmup_steps + 2)
-    _log(f"[{name}] {engine}: first run, untimed ({time.perf_counter() - t:.1f} s)")
+    benchdata.log(f"[{name}] {engine}: first run, untimed ({time.perf_counter() - t:.1f} s)")
   return _rounds(name, engines, data_params, builders, cold_dirs, bar)
 
 
@@ -255,7 +251,7 @@ def _make_files(name: str, workload, root: str, n_files: int) -> tuple[list, lis
   t = time.perf_counter()
   with tqdm(total=n_files, desc=f"{name}: files", file=sys.stderr, leave=False) as b:
     files, labels = benchdata.make_files(workload, root, n_files, progress=b.update)
-  _log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
+  benchdata.log(f"[{name}] {n_files} files in {root} ({time.perf_counter() - t:.1f} s)")
   return files, labels
 
 
@@ -264,7 +260,7 @@ def _fill_warm_cache(name: str, data_params: audioclf.Params,
   """Fills the warm cache once, untimed (eval mode: one pass that writes the split)."""
   t = time.perf_counter()
   fill_lib.fill(data_params, ("train",), manifest)
-  _log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
+  benchdata.log(f"[{name}] warm cache filled ({time.perf_counter() - t:.1f} s)")
 
 
 def _pipelines(workload, files: list, labels: list, data_params: audioclf.Params,
@@ -318,9 +314,9 @@ def _timed_run(name: str, r: int, engine: str, p: str, data_params: audioclf.Par
     # The split is written in the background as epoch 1 ends: let that end
     # here, outside any timing, rather than in the next run's.
     store_lib.Store.for_params(data_params.replace(cache_dir=cold_dirs[-1])).wait_for_writers()
-  _log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
-       f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
-       f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
+  benchdata.log(f"[{name}] round {r + 1} {engine:9s} {p:15s}: {run.steps_per_s:6.2f} steps/s, "
+                f"stall {run.stall_fraction:.3f} over {run.measured_steps} steps, first step "
+                f"{run.first_step_s:.2f} s ({time.perf_counter() - t:.1f} s)")
   return run
 
 

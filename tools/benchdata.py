@@ -30,6 +30,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 import tensorflow as tf
+from tqdm import tqdm
 
 from audioclf.data import decode
 from audioclf.compat import keras
@@ -284,15 +285,19 @@ def scratch_estimator(model: keras.Model, parent_dir: str) -> Iterator[tf.estima
     shutil.rmtree(model_dir, ignore_errors=True)
 
 
+def log(msg: str) -> None:
+  """A line on stderr, above the progress bar (tqdm's) where one is shown."""
+  tqdm.write(msg, file=sys.stderr)
+
+
 def each_workload(names: Sequence[str], run: Callable, total: int,
                   cold_root: str) -> tuple[list, list]:
   """(rows, targets) of every run(name, bar) -> (rows, targets), under one progress bar of `total` runs.
 
   Cold caches an interrupted run left in `cold_root` go first, this run's after it.
   """
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
   if os.path.exists(cold_root):
-    tqdm.write(f"removing cold caches an interrupted run left in {cold_root}", file=sys.stderr)
+    log(f"removing cold caches an interrupted run left in {cold_root}")
     shutil.rmtree(cold_root, ignore_errors=True)
   rows, targets = [], []
   with tqdm(total=total, desc="runs", file=sys.stderr) as bar:
