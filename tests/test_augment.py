@@ -57,6 +57,21 @@ def test_speed_perturbation_moves_a_tone_by_the_factor():
   np.testing.assert_allclose(augment.resample(waves, tf.ones([4]))[1], waves[1], atol=1e-6)
 
 
+def test_resampling_reads_between_samples_linearly_and_zero_outside_the_clip():
+  rng = np.random.default_rng(0)
+  waves = rng.uniform(-1, 1, (6, 400)).astype(np.float32)
+  factors = np.array([0.7, 0.9, 1.0, 1.0001, 1.1, 1.4])
+  n, centre = waves.shape[1], (waves.shape[1] - 1) / 2
+  at = centre + (np.arange(n) - centre) * factors[:, None]
+  want = [np.interp(x, np.arange(n), w, left=0, right=0) for x, w in zip(at, waves)]
+  got = augment.apply(tf.constant(waves), None,
+                      [augment.Step(augment._read_at, (factors.astype(np.float32),))])[0]
+  # Reads within float32 rounding of the clip's first or last sample may fall either side.
+  edge = (np.abs(at) < 1e-3) | (np.abs(at - (n - 1)) < 1e-3)
+  np.testing.assert_allclose(np.where(edge, 0, got), np.where(edge, 0, want), atol=2e-4)
+  assert (got.numpy()[at < -1e-3] == 0).all() and (got.numpy()[at > n - 1 + 1e-3] == 0).all()
+
+
 def test_speeding_up_removes_what_would_fold_over_nyquist():
   waves = np.stack([_tone(7500.0)] * 2)
   out = augment.resample(waves, tf.constant([1.0, 1.1])).numpy()

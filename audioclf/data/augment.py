@@ -168,34 +168,27 @@ def _resample(waves, factors, band_limited):
 def _read_at(waves: tf.Tensor, factors: tf.Tensor) -> tf.Tensor:
   """Output sample i of each row read at c + (i - c) * factor, linearly interpolated, 0 outside.
 
-  Under XLA (the current stack), a gather from the clip, zero outside it,
-  which XLA makes one loop; as separate TensorFlow ops, its dozen
-  elementwise steps over batch x samples cost several times more, so on the
-  legacy stack the same reads are ImageProjectiveTransformV3's (the kernel
-  behind Keras' RandomZoom).
+  Outside means before sample 0 or past sample n - 1: a read between two
+  samples of the clip interpolates them, any other is 0. Under XLA (the
+  current stack), two gathers from the clip, which XLA makes one loop; as
+  separate TensorFlow ops their dozen elementwise steps over batch x samples
+  cost twice what CropAndResize does (bilinear, one box per row spanning
+  the clip read: the same reads), which the legacy stack uses.
   """
   n = waves.shape[-1]
-  centre = (n - 1) / 2.0
   if compat_xla.XLA:
+    centre = (n - 1) / 2.0
     position = centre + (tf.range(n, dtype=tf.float32)[None, :] - centre) * factors[:, None]
-    before = tf.floor(position)
-    fraction = position - before
-    low = tf.cast(before, tf.int32)
-    # Zero outside the clip: a read from -1 < x < 0 or n - 1 < x < n fades
-    # to 0, as at any edge (masks, where a padded copy of the batch would
-    # cost a pass over it).
-    sample = lambda i: tf.where((i >= 0) & (i < n), tf.gather(  # noqa: E731
-        waves, tf.clip_by_value(i, 0, n - 1), batch_dims=1), 0.0)
-    a, b = sample(low), sample(low + 1)
-    return a + fraction * (b - a)
-  zeros, ones = tf.zeros_like(factors), tf.ones_like(factors)
-  # Output (x, y) reads input ((a0 x + a1 y + a2), (b0 x + b1 y + b2)): a0 = factor.
-  transforms = tf.stack([factors, zeros, centre * (1.0 - factors), zeros, ones, zeros, zeros,
-                         zeros], axis=1)
+    low = tf.clip_by_value(tf.cast(tf.floor(position), tf.int32), 0, n - 2)
+    fraction = position - tf.cast(low, tf.float32)
+    at = lambda i: tf.gather(waves, i, batch_dims=1)  # noqa: E731
+    a, b = at(low), at(low + 1)
+    return tf.where((position >= 0.0) & (position <= n - 1.0), a + fraction * (b - a), 0.0)
+  # Output x reads input x1 (n - 1) + x (x2 - x1): x1 = (1 - factor) / 2, x2 - x1 = factor.
+  first, zeros = (1.0 - factors) / 2.0, tf.zeros_like(factors)
   images = waves[:, tf.newaxis, :, tf.newaxis]  # [batch, height 1, width n, 1 channel].
-  out = tf.raw_ops.ImageProjectiveTransformV3(
-      images=images, transforms=transforms, output_shape=tf.constant([1, n], tf.int32),
-      fill_value=0.0, interpolation="BILINEAR", fill_mode="CONSTANT")
+  out = tf.image.crop_and_resize(images, tf.stack([zeros, first, zeros, first + factors], 1),
+                                 tf.range(tf.shape(waves)[0]), [1, n], extrapolation_value=0.0)
   return tf.reshape(out, tf.shape(waves))
 
 
