@@ -56,6 +56,15 @@ def test_measured_writes_where_the_environment_says_with_the_command_line(pages)
   assert record["figure"] == 1.5 and record["command"] == "python tools/bench.py --measured"
 
 
+def test_bench_input_writes_a_page_per_run_kind_and_stack():
+  import bench_input
+  pages = {(each, stack): bench_input.measured_page(each, stack)[0]
+           for each in (False, True) for stack in ("current", "legacy")}
+  assert pages == {(False, "current"): "bench_input", (True, "current"): "bench_input_augment",
+                   (False, "legacy"): "bench_input_legacy",
+                   (True, "legacy"): "bench_input_augment_legacy"}
+
+
 def test_bench_input_verdicts_are_those_of_the_values_they_print():
   """Each round's ratio is taken within the round; the verdict reads their median, as printed."""
   import bench_input

@@ -77,6 +77,7 @@ from audioclf.data import manifest as manifest_lib  # noqa: E402
 from audioclf.data import fill as fill_lib  # noqa: E402
 from audioclf.data import store as store_lib  # noqa: E402
 from audioclf.commands import flags as command_flags  # noqa: E402
+from audioclf.compat import stack as compat_stack  # noqa: E402
 import benchdata  # noqa: E402  (tools/ is on sys.path when this file runs as a script)
 import measured  # noqa: E402
 
@@ -545,12 +546,24 @@ def main(argv):
   if FLAGS.json:
     benchdata.write_json(FLAGS.json, params, rows, targets)
   if FLAGS.measured:
-    # The augmentations' run has a page of its own: each run rewrites its whole page.
-    page, title = (("bench_input_augment", "What each augmentation costs (tools/bench_input.py "
-                    "--augment_each)") if FLAGS.augment_each
-                   else ("bench_input", "Input pipelines (tools/bench_input.py)"))
+    page, title = measured_page(FLAGS.augment_each, compat_stack.STACK)
     print("wrote", measured.write(page, title, measured.command(),
                                   "\n" + text, {"rows": rows, "targets": targets}, load_before))
+
+
+def measured_page(augment_each: bool, stack: str) -> tuple[str, str]:
+  """The page --measured writes, and its title: one per run kind and stack.
+
+  The augmentations' run has a page of its own (each run rewrites its whole
+  page), and the legacy stack, whose augmentations run as plain TensorFlow
+  ops, pages of its own beside the current stack's.
+  """
+  page, title = (("bench_input_augment", "What each augmentation costs (tools/bench_input.py "
+                  "--augment_each)") if augment_each
+                 else ("bench_input", "Input pipelines (tools/bench_input.py)"))
+  if stack != compat_stack.CURRENT_STACK:
+    page, title = f"{page}_{stack}", f"{title}, {stack} stack"
+  return page, title
 
 
 if __name__ == "__main__":
