@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -225,6 +226,38 @@ def test_a_warm_train_split_starts_without_decoding_again(tmp_path):
   before = fill_lib.decode_count()
   next(iter(audioclf.input_fn(params, "train")))
   assert fill_lib.decode_count() == before  # The split is read as written: no file decoded again.
+
+
+@pytest.mark.parametrize("ext", ["wav", "flac"])
+def test_the_first_epochs_end_does_not_wait_for_the_split_to_be_written(tmp_path, monkeypatch, ext):
+  """Past the cold pass, batches read the files' sources while the writer works: a warm run's bits."""
+  params = params_for(tmp_path, ext, validation_percent=0, testing_percent=0)
+  started, release, written = threading.Event(), threading.Event(), threading.Event()
+  write_split = store_lib.Store.write_split
+
+  def held_write_split(self, *args):
+    started.set()
+    release.wait(30)  # Bounded: a pipeline that waits for the writer fails below, late.
+    try:
+      return write_split(self, *args)
+    finally:
+      written.set()
+
+  monkeypatch.setattr(store_lib.Store, "write_split", held_write_split)
+  steps = 2 * 36 // 4 + 3  # Into the third epoch: 36 files, batches of 4.
+  cold = warm_batches(params, steps)
+  assert started.is_set() and not written.is_set()  # All of them while the writer was held.
+  release.set()
+  assert written.wait(30) and len(markers(params)) == 1
+  warm = warm_batches(params, steps)
+  for (wa, ya), (wb, yb) in zip(cold, warm, strict=True):
+    np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(ya, yb)
+
+
+def warm_batches(params, steps):
+  return [(f["waveform"].numpy(), y.numpy())
+          for f, y in audioclf.input_fn(params, "train").take(steps)]
 
 
 @pytest.mark.parametrize("dtype", ["<i2", "<f4"])

@@ -276,11 +276,42 @@ class Fill:
     reason = e or "the cache cannot be written"
     raise RuntimeError(f"audioclf: could not write the cache of split {self.base}: {reason}")
 
+  # The cold pass's continuation asks these for its batches from the moment
+  # the writer starts: until the writer is done they read each file's own
+  # source (its words, entry or decoded clip), which the split holds the
+  # same bits of, so the epoch's end does not wait for the whole split
+  # (0.33 s for 1,600 clips of 1 s; ~0.2 ms a clip).
+
   def lengths(self, rows: np.ndarray) -> np.ndarray:
-    return self.wait().lengths[rows]
+    split = self._split_if_written()
+    if split is not None:
+      return split.lengths[rows]
+    return np.array([self._length(int(row)) for row in rows], np.int64)
 
   def windows(self, rows: np.ndarray, starts: np.ndarray, n: int) -> np.ndarray:
-    return self.wait().windows(rows, starts, n)
+    split = self._split_if_written()
+    if split is not None:
+      return split.windows(rows, starts, n)
+    return store_lib.cut_windows([self._clip(int(row)) for row in rows], starts, n)
+
+  def _split_if_written(self) -> Optional[store_lib.Split]:
+    """The split once no writer is at work (`wait`: its errors too), else None."""
+    if self._thread is not None and not self._written.is_set():
+      return None
+    return self.wait()
+
+  def _length(self, row: int) -> int:
+    if self._native_words(row, header_only=True) is not None:  # Its size says it.
+      return (self.examples[row].size - decode.HEADER_BYTES) // 2
+    return len(self.decode(row))
+
+  def _clip(self, row: int) -> np.ndarray:
+    """float32 samples of `row` as its split holds them: canonical PCM16 words scaled, else decoded."""
+    data = self._native_words(row)
+    if data is None:
+      return self.decode(row)  # Its entry, the complete split, or decoded (bad: none, skipped).
+    # PCM16 to float32 times a power of two: exact, the bits Split.windows gives.
+    return np.frombuffer(data, "<i2").astype(np.float32) * store_lib.PCM16_SCALE
 
   # --- Filling ahead of time.
 

@@ -11,7 +11,8 @@ and their checks are `store`, decoding and writing a split is `fill`.
       (canonical WAVs natively, the rest through soundfile in a
       numpy_function) -> window -> batch; the batch that completes the first
       epoch's whole batches starts writing the split as it is drawn, and
-      training goes on with the warm cut over it.
+      training goes on meanwhile: the next batches read each file's source
+      until the split is written, then the warm cut (Fill.windows).
 """
 
 from __future__ import annotations
