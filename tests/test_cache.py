@@ -18,6 +18,7 @@ import audioclf
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
+from test_pipeline import assert_same_batches, batches_of
 import warm
 
 
@@ -245,19 +246,11 @@ def test_the_first_epochs_end_does_not_wait_for_the_split_to_be_written(tmp_path
 
   monkeypatch.setattr(store_lib.Store, "write_split", held_write_split)
   steps = 2 * 36 // 4 + 3  # Into the third epoch: 36 files, batches of 4.
-  cold = warm_batches(params, steps)
+  cold = batches_of(audioclf.input_fn(params, "train"), steps)
   assert started.is_set() and not written.is_set()  # All of them while the writer was held.
   release.set()
   assert written.wait(30) and len(markers(params)) == 1
-  warm = warm_batches(params, steps)
-  for (wa, ya), (wb, yb) in zip(cold, warm, strict=True):
-    np.testing.assert_array_equal(wa, wb)
-    np.testing.assert_array_equal(ya, yb)
-
-
-def warm_batches(params, steps):
-  return [(f["waveform"].numpy(), y.numpy())
-          for f, y in audioclf.input_fn(params, "train").take(steps)]
+  assert_same_batches(cold, batches_of(audioclf.input_fn(params, "train"), steps))
 
 
 @pytest.mark.parametrize("dtype", ["<i2", "<f4"])
