@@ -241,14 +241,13 @@ class Fill:
 
   def _source(self, row: int, dtype: str) -> np.ndarray:
     """The clip of `row` as the split stores it; raises NotNative for int16 of a non-canonical file."""
+    if dtype != "<i2":
+      return self._clip(row, counted=True)
     data = self._native_words(row)
-    if data is not None:
-      _count_decodes()  # Read from source again just now.
-      words = np.frombuffer(data, "<i2")
-      return words if dtype == "<i2" else words.astype(np.float32) * store_lib.PCM16_SCALE
-    if dtype == "<i2":
+    if data is None:
       raise store_lib.NotNative(self.examples[row].path)
-    return self.decode(row)
+    _count_decodes()  # Read from source again just now.
+    return np.frombuffer(data, "<i2")
 
   # --- Reading the written split (a cold run's later epochs).
 
@@ -305,11 +304,16 @@ class Fill:
       return (self.examples[row].size - decode.HEADER_BYTES) // 2
     return len(self.decode(row))
 
-  def _clip(self, row: int) -> np.ndarray:
-    """float32 samples of `row` as its split holds them: canonical PCM16 words scaled, else decoded."""
+  def _clip(self, row: int, counted: bool = False) -> np.ndarray:
+    """float32 samples of `row` as a split holds them: canonical PCM16 words scaled, else decoded.
+
+    `counted`: a canonical WAV's read counts as a decode (`decode_count`), as the writer's do.
+    """
     data = self._native_words(row)
     if data is None:
       return self.decode(row)  # Its entry, the complete split, or decoded (bad: none, skipped).
+    if counted:
+      _count_decodes()  # Read from source again just now.
     # PCM16 to float32 times a power of two: exact, the bits Split.windows gives.
     return np.frombuffer(data, "<i2").astype(np.float32) * store_lib.PCM16_SCALE
 
