@@ -18,6 +18,7 @@ import audioclf
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
+from test_decode import bad_dataset
 from test_pipeline import assert_same_batches, batches_of
 import warm
 
@@ -229,28 +230,50 @@ def test_a_warm_train_split_starts_without_decoding_again(tmp_path):
   assert fill_lib.decode_count() == before  # The split is read as written: no file decoded again.
 
 
-@pytest.mark.parametrize("ext", ["wav", "flac"])
-def test_the_first_epochs_end_does_not_wait_for_the_split_to_be_written(tmp_path, monkeypatch, ext):
-  """Past the cold pass, batches read the files' sources while the writer works: a warm run's bits."""
-  params = params_for(tmp_path, ext, validation_percent=0, testing_percent=0)
+def held_split_writer(monkeypatch) -> tuple[threading.Event, threading.Event, threading.Event]:
+  """Holds every split write until `release` is set: (started, release, written)."""
   started, release, written = threading.Event(), threading.Event(), threading.Event()
   write_split = store_lib.Store.write_split
 
   def held_write_split(self, *args):
     started.set()
-    release.wait(30)  # Bounded: a pipeline that waits for the writer fails below, late.
+    release.wait(30)  # Bounded: a pipeline that waits for the writer fails its test, late.
     try:
       return write_split(self, *args)
     finally:
       written.set()
 
   monkeypatch.setattr(store_lib.Store, "write_split", held_write_split)
-  steps = 2 * 36 // 4 + 3  # Into the third epoch: 36 files, batches of 4.
+  return started, release, written
+
+
+def assert_cold_batches_before_the_split_are_warm_ones(params, monkeypatch, steps: int) -> None:
+  """`steps` cold batches, all drawn while the split writer is held, are a warm run's bits."""
+  started, release, written = held_split_writer(monkeypatch)
   cold = batches_of(audioclf.input_fn(params, "train"), steps)
   assert started.is_set() and not written.is_set()  # All of them while the writer was held.
   release.set()
   assert written.wait(30) and len(markers(params)) == 1
   assert_same_batches(cold, batches_of(audioclf.input_fn(params, "train"), steps))
+
+
+@pytest.mark.parametrize("ext", ["wav", "flac"])
+def test_the_first_epochs_end_does_not_wait_for_the_split_to_be_written(tmp_path, monkeypatch, ext):
+  """Past the cold pass, batches read the files' sources while the writer works: a warm run's bits."""
+  params = params_for(tmp_path, ext, validation_percent=0, testing_percent=0)
+  # Into the third epoch: 36 files, batches of 4.
+  assert_cold_batches_before_the_split_are_warm_ones(params, monkeypatch, 2 * 36 // 4 + 3)
+
+
+@pytest.mark.parametrize("bad_name", ["text.wav", "truncated.flac"])
+def test_before_the_split_is_written_a_skipped_file_stays_skipped(tmp_path, monkeypatch, bad_name):
+  """on_bad_file=skip: the batches read from sources leave the bad file out, as the split does."""
+  data, _ = bad_dataset(tmp_path, bad_name)
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "c"), validation_percent=0,
+                           testing_percent=0, on_bad_file="skip", batch_size=4,
+                           time_shift_seconds=0.0, clip_seconds=0.5)
+  # Four epochs of the six good files.
+  assert_cold_batches_before_the_split_are_warm_ones(params, monkeypatch, 6)
 
 
 @pytest.mark.parametrize("dtype", ["<i2", "<f4"])
