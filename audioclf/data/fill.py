@@ -67,7 +67,8 @@ class Fill:
     self._error_told = threading.Event()
     self._logged: set[str] = set()
     self._inflight: dict[int, threading.Event] = {}
-    self._decoded: set[int] = set()  # Rows this fill decoded (or read back) already.
+    # Rows this fill decoded (or read back) already: their lengths in samples.
+    self._decoded: dict[int, int] = {}
     self._donors: Optional[dict[bytes, tuple[str, int]]] = None  # Fingerprint -> (split, row).
     self._opened: dict[str, Optional[store_lib.Split]] = {}
 
@@ -93,7 +94,7 @@ class Fill:
     try:
       samples = self._decode(row)
       with self._lock:
-        self._decoded.add(row)
+        self._decoded[row] = len(samples)
       return samples
     finally:
       with self._lock:
@@ -300,6 +301,9 @@ class Fill:
     return self.wait()
 
   def _length(self, row: int) -> int:
+    known = self._decoded.get(row)  # Decoded by the pass: no second read of its entry.
+    if known is not None:
+      return known
     if self._native_words(row, header_only=True) is not None:  # Its size says it.
       return (self.examples[row].size - decode.HEADER_BYTES) // 2
     return len(self.decode(row))
