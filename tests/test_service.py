@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from audioclf import params as params_lib
@@ -94,7 +95,6 @@ def test_a_worker_needs_a_dispatcher(tone_params):
 
 def _id_dataset(root, clips=24):
   """clips files of 0.5 s whose every sample is (id + 1) * 100 (PCM16): a window names its clip."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import soundfile as sf  # pylint: disable=g-import-not-at-top
   for i in range(clips):
     folder = os.path.join(str(root), ("even", "odd")[i % 2])
@@ -119,6 +119,24 @@ def _servers(flagfiles, port):
     worker.wait_for("registered")
   dispatcher.wait_for(f"{len(workers)} workers")
   return [dispatcher, *workers]
+
+
+def test_served_batches_keep_their_augmentations_in_any_order_of_arrival(
+    tone_params, monkeypatch):
+  # Workers finish batches in no set order: the service stands in here as a
+  # reordering of the batches the trainer's own graph would have fetched.
+  params = tone_params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0), mixup_alpha=0.2,
+                               data_service="grpc://127.0.0.1:1")
+  local = pipeline.input_fn(params.replace(data_service=None), "train")
+  want = [(b[0]["waveform"].numpy(), b[1].numpy()) for b in local.take(12)]
+  monkeypatch.setattr(pipeline.dataservice, "check_workers", lambda *a: None)
+  monkeypatch.setattr(pipeline.dataservice, "distribute",
+                      lambda ds, address, job_name=None: ds.take(12).shuffle(12, seed=3))
+  got = []
+  for w, y in pipeline.input_fn(params, "train"):
+    got.append(next(k for k, (ww, yy) in enumerate(want)
+                    if np.array_equal(ww, w["waveform"].numpy()) and np.array_equal(yy, y.numpy())))
+  assert sorted(got) == list(range(12)) and got != sorted(got), got
 
 
 @pytest.mark.slow
@@ -147,6 +165,13 @@ def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
       ids = [i for k in seen if e * epoch <= k < (e + 1) * epoch
              for i in next(ids for ids, j in local.items() if j == k)]
       assert sorted(ids) == list(range(len(manifest.split("train")))), (e, seen)
+    # Augmented, each batch as the local pipeline's of its number, in whatever order it came.
+    augmented = params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0))
+    want = [b[0]["waveform"].numpy() for b in pipeline.input_fn(augmented, "train").take(
+        4 * epoch)]
+    served = pipeline.input_fn(augmented.replace(data_service=f"grpc://127.0.0.1:{port}"), "train")
+    for batch in served.take(2 * epoch):
+      assert any(np.array_equal(batch[0]["waveform"].numpy(), w) for w in want)
   finally:
     for server in servers:
       if server.proc.poll() is None:
@@ -156,7 +181,6 @@ def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
 @pytest.mark.slow
 def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
   import shutil  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import soundfile as sf  # pylint: disable=g-import-not-at-top
   from audioclf import Params  # pylint: disable=g-import-not-at-top
   root = _id_dataset(tmp_path / "data", clips=8)

@@ -326,30 +326,40 @@ def _examples(sampler: Sampler, training: bool, first_batch) -> tf.data.Dataset:
 
 
 def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bool, first_batch,
-             scale: Optional[float] = None, batched: bool = False) -> tf.data.Dataset:
+             scale: Optional[float] = None, batched: bool = False,
+             numbered: bool = False) -> tf.data.Dataset:
   """Batches of (window, label) examples as input_fn returns them, in one map after the batch.
 
   `scale` turns int16 windows into float32 (one cast and multiply per batch,
   inside the augmentations' program where there are any: no float copy of
   the batch is made before it);
   the augmentations (`Sampler.augment`) are keyed by the batch's number,
-  counted from `first_batch`: after the cache, a batch at a time.
+  counted from `first_batch`: after the cache, a batch at a time. `numbered`
+  batches (windows, labels, number) bring their number with them (the
+  service's, which arrive in whatever order its workers finish them).
   """
+  if numbered:
+    if sampler.augments(training):
+      return ds.map(_as_is(lambda w, y, k: _features(sampler, training, scale, w, y, k)),
+                    num_parallel_calls=AUTOTUNE)
+    ds = ds.map(_as_is(lambda w, y, k: (w, y)))
   if not batched:
     ds = ds.batch(params.batch_size, drop_remainder=training)
 
-  @_as_is
-  def features(w, y, k=None):
-    if k is not None:  # The scaling as the augmentations' first step, in their one program.
-      w, y = sampler.augment(w, y, k, training, scale)
-    elif scale is not None:
-      w = tf.cast(w, tf.float32) * scale
-    return {"waveform": w}, y
-
+  features = functools.partial(_features, sampler, training, scale)
   if sampler.augments(training):
     ds = ds.enumerate(start=tf.cast(first_batch, tf.int64))
     return ds.map(_as_is(lambda k, batch: features(*batch, k)), num_parallel_calls=AUTOTUNE)
-  return ds.map(features, num_parallel_calls=AUTOTUNE)
+  return ds.map(_as_is(features), num_parallel_calls=AUTOTUNE)
+
+
+def _features(sampler: Sampler, training: bool, scale: Optional[float], w, y, k=None):
+  """A batch as input_fn returns it: ({"waveform": float32 windows}, labels), batch k's augmentations applied."""
+  if k is not None:  # The scaling as the augmentations' first step, in their one program.
+    w, y = sampler.augment(w, y, k, training, scale)
+  elif scale is not None:
+    w = tf.cast(w, tf.float32) * scale
+  return {"waveform": w}, y
 
 
 def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
@@ -468,7 +478,9 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
   the same content key, under the same --cache_dir path. distributed_epoch
   hands each batch number to one worker, so each clip is read once per
   epoch across all of them. Windows cross the wire in the cache's dtype
-  (int16 for PCM16 sources: half of float32) and are scaled here.
+  (int16 for PCM16 sources: half of float32) and are scaled here. Batches
+  arrive in the order the workers finish them, each with its number: batch
+  k's augmentations are batch k's wherever it was cut.
   """
   dtype = tf.int16 if split.dtype == "<i2" else tf.float32
   table = tf.constant(np.stack([split.offsets, split.lengths,
@@ -487,15 +499,20 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
     inside = (at >= 0) & (at < lengths[:, None])
     w = tf.where(inside, tf.gather(blob, offsets[:, None] + tf.clip_by_value(
         at, 0, tf.maximum(lengths[:, None] - 1, 0))), tf.zeros([], dtype))
-    return w, tf.cast(y, tf.int32)
+    return w, tf.cast(y, tf.int32), k
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS).map(
       cut, num_parallel_calls=AUTOTUNE)
-  if split.skipped:  # A row of length zero is a file skipped as bad: regroup without it.
-    ds = ds.unbatch().filter(_kept).batch(params.batch_size, drop_remainder=True)
+  if split.skipped:
+    # A row of length zero is a file skipped as bad: regroup without it, each
+    # batch numbered by its first example's (a worker's batches start in
+    # different ones: each runs to the end of the one it starts in, or past).
+    ds = ds.map(_as_is(lambda w, y, k: (w, y, tf.fill(tf.shape(y), k)))).unbatch()
+    ds = ds.filter(_as_is(lambda w, y, k: y >= 0)).batch(params.batch_size, drop_remainder=True)
+    ds = ds.map(_as_is(lambda w, y, k: (w, y, k[0])))
   ds = dataservice.distribute(ds, params.data_service)
   scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
-  return _batches(ds, params, sampler, True, first_batch, scale, batched=True)
+  return _batches(ds, params, sampler, True, first_batch, scale, batched=True, numbered=True)
 
 
 def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,
