@@ -354,7 +354,7 @@ def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bo
 
 
 def _features(sampler: Sampler, training: bool, scale: Optional[float], w, y, k=None):
-  """A batch as input_fn returns it: ({"waveform": float32 windows}, labels), batch k's augmentations applied."""
+  """A batch as input_fn returns it: float32 windows, batch k's augmentations applied."""
   if k is not None:  # The scaling as the augmentations' first step, in their one program.
     w, y = sampler.augment(w, y, k, training, scale)
   elif scale is not None:
