@@ -165,10 +165,11 @@ def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
       ids = [i for k in seen if e * epoch <= k < (e + 1) * epoch
              for i in next(ids for ids, j in local.items() if j == k)]
       assert sorted(ids) == list(range(len(manifest.split("train")))), (e, seen)
-    # Augmented, each batch as the local pipeline's of its number, in whatever order it came.
-    augmented = params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0))
+    # Augmented by the workers (the response bank travels in their graph): each
+    # batch as the local pipeline's of its number, in whatever order it came.
+    augmented = params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0), reverb_prob=0.5)
     want = [b[0]["waveform"].numpy() for b in pipeline.input_fn(augmented, "train").take(
-        4 * epoch)]
+        10 * epoch)]
     served = pipeline.input_fn(augmented.replace(data_service=f"grpc://127.0.0.1:{port}"), "train")
     for batch in served.take(2 * epoch):
       assert any(np.array_equal(batch[0]["waveform"].numpy(), w) for w in want)

@@ -326,23 +326,15 @@ def _examples(sampler: Sampler, training: bool, first_batch) -> tf.data.Dataset:
 
 
 def _batches(ds: tf.data.Dataset, params: Params, sampler: Sampler, training: bool, first_batch,
-             scale: Optional[float] = None, batched: bool = False,
-             numbered: bool = False) -> tf.data.Dataset:
+             scale: Optional[float] = None, batched: bool = False) -> tf.data.Dataset:
   """Batches of (window, label) examples as input_fn returns them, in one map after the batch.
 
   `scale` turns int16 windows into float32 (one cast and multiply per batch,
   inside the augmentations' program where there are any: no float copy of
   the batch is made before it);
   the augmentations (`Sampler.augment`) are keyed by the batch's number,
-  counted from `first_batch`: after the cache, a batch at a time. `numbered`
-  batches (windows, labels, number) bring their number with them (the
-  service's, which arrive in whatever order its workers finish them).
+  counted from `first_batch`: after the cache, a batch at a time.
   """
-  if numbered:
-    if sampler.augments(training):
-      return ds.map(_as_is(lambda w, y, k: _features(sampler, training, scale, w, y, k)),
-                    num_parallel_calls=AUTOTUNE)
-    ds = ds.map(_as_is(lambda w, y, k: (w, y)))
   if not batched:
     ds = ds.batch(params.batch_size, drop_remainder=training)
 
@@ -477,10 +469,11 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
   process's Python), out of their own copy of the split: the same file, by
   the same content key, under the same --cache_dir path. distributed_epoch
   hands each batch number to one worker, so each clip is read once per
-  epoch across all of them. Windows cross the wire in the cache's dtype
-  (int16 for PCM16 sources: half of float32) and are scaled here. Batches
-  arrive in the order the workers finish them, each with its number: batch
-  k's augmentations are batch k's wherever it was cut.
+  epoch across all of them. With augmentations, the workers apply them,
+  keyed by each batch's number, and float32 batches cross the wire; without,
+  windows cross it in the cache's dtype (int16 for PCM16 sources: half of
+  float32) and are scaled here. Batches arrive in the order the workers
+  finish them.
   """
   dtype = tf.int16 if split.dtype == "<i2" else tf.float32
   table = tf.constant(np.stack([split.offsets, split.lengths,
@@ -510,9 +503,16 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
     ds = ds.map(_as_is(lambda w, y, k: (w, y, tf.fill(tf.shape(y), k)))).unbatch()
     ds = ds.filter(_as_is(lambda w, y, k: y >= 0)).batch(params.batch_size, drop_remainder=True)
     ds = ds.map(_as_is(lambda w, y, k: (w, y, k[0])))
-  ds = dataservice.distribute(ds, params.data_service)
   scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
-  return _batches(ds, params, sampler, True, first_batch, scale, batched=True, numbered=True)
+  if sampler.augments(True):
+    # The workers augment too (the costliest part of the pipeline), batch k by
+    # k's draws whatever order the batches arrive in; their graph carries the
+    # sampler's recordings and response spectra, made here once.
+    ds = ds.map(_as_is(functools.partial(_features, sampler, True, scale)),
+                num_parallel_calls=AUTOTUNE).with_options(_options(params, True, True))
+    return dataservice.distribute(ds, params.data_service)
+  ds = dataservice.distribute(ds.map(_as_is(lambda w, y, k: (w, y))), params.data_service)
+  return _batches(ds, params, sampler, True, first_batch, scale, batched=True)
 
 
 def _cold(params: Params, fill: Fill, labels: np.ndarray, sampler: Sampler,

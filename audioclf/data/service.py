@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 from typing import Optional
 
 import tensorflow as tf
@@ -56,9 +57,15 @@ def distribute(dataset: tf.data.Dataset, address: str,
   Trainers that pass the same job_name share one job: between them, they
   receive each element once (distributed_epoch, "dynamic sharding").
   """
-  return dataset.apply(tf.data.experimental.service.distribute(
-      processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
-      service=check_address(address), job_name=job_name))
+  with warnings.catch_warnings():
+    # TensorFlow's distribute reads dataset.options(), which in a graph (the
+    # Estimator's) warns that the value may be stale: it reads only the
+    # external state policy, which audioclf never sets.
+    warnings.filterwarnings("ignore", "To make it possible to preserve tf.data options",
+                            UserWarning)
+    return dataset.apply(tf.data.experimental.service.distribute(
+        processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+        service=check_address(address), job_name=job_name))
 
 
 def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
