@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from audioclf import params as params_lib
 from audioclf.distributed import cluster
@@ -95,7 +96,6 @@ def test_a_worker_needs_a_dispatcher(tone_params):
 
 def _id_dataset(root, clips=24):
   """clips files of 0.5 s whose every sample is (id + 1) * 100 (PCM16): a window names its clip."""
-  import soundfile as sf  # pylint: disable=g-import-not-at-top
   for i in range(clips):
     folder = os.path.join(str(root), ("even", "odd")[i % 2])
     os.makedirs(folder, exist_ok=True)
@@ -121,22 +121,33 @@ def _servers(flagfiles, port):
   return [dispatcher, *workers]
 
 
-def test_served_batches_keep_their_augmentations_in_any_order_of_arrival(
-    tone_params, monkeypatch):
+def test_workers_augment_each_batch_as_its_number_says_in_any_order_of_arrival(
+    tone_params, monkeypatch, tmp_path):
   # Workers finish batches in no set order: the service stands in here as a
   # reordering of the batches the trainer's own graph would have fetched.
+  noise = (np.random.default_rng(0).standard_normal(16000) * 3000).astype(np.int16)
+  os.makedirs(tmp_path / "noise")
+  sf.write(str(tmp_path / "noise" / "hum.wav"), noise, 16000, subtype="PCM_16")
   params = tone_params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0), mixup_alpha=0.2,
+                               noise_dir=str(tmp_path / "noise"), noise_prob=0.5,
                                data_service="grpc://127.0.0.1:1")
   local = pipeline.input_fn(params.replace(data_service=None), "train")
   want = [(b[0]["waveform"].numpy(), b[1].numpy()) for b in local.take(12)]
+  sent = []
+
+  def reordered(ds, address, job_name=None):
+    sent.append(ds)
+    return ds.take(12).shuffle(12, seed=3)
+
   monkeypatch.setattr(pipeline.dataservice, "check_workers", lambda *a: None)
-  monkeypatch.setattr(pipeline.dataservice, "distribute",
-                      lambda ds, address, job_name=None: ds.take(12).shuffle(12, seed=3))
+  monkeypatch.setattr(pipeline.dataservice, "distribute", reordered)
   got = []
   for w, y in pipeline.input_fn(params, "train"):
     got.append(next(k for k, (ww, yy) in enumerate(want)
                     if np.array_equal(ww, w["waveform"].numpy()) and np.array_equal(yy, y.numpy())))
   assert sorted(got) == list(range(12)) and got != sorted(got), got
+  # The workers' graph maps the noise from their cache: it carries none of its samples.
+  assert noise[8000:8032].tobytes() not in sent[0]._as_serialized_graph().numpy()
 
 
 @pytest.mark.slow
@@ -182,7 +193,6 @@ def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
 @pytest.mark.slow
 def test_a_worker_with_other_files_is_a_clear_error(tmp_path):
   import shutil  # pylint: disable=g-import-not-at-top
-  import soundfile as sf  # pylint: disable=g-import-not-at-top
   from audioclf import Params  # pylint: disable=g-import-not-at-top
   root = _id_dataset(tmp_path / "data", clips=8)
   params = Params(data_dir=root, cache_dir=str(tmp_path / "cache"), validation_percent=0,

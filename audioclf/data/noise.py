@@ -13,6 +13,7 @@ recordings too, cached the same way as a split of their own (audioclf.data.rir).
 
 from __future__ import annotations
 
+import copy
 from typing import Optional, Sequence
 
 import numpy as np
@@ -32,8 +33,11 @@ class Recordings:
   """The usable recordings as one tensor of samples, with each one's offset and length in it."""
 
   def __init__(self, source: tf.Tensor, offsets: np.ndarray, lengths: np.ndarray,
-               scale: Optional[float], rms: np.ndarray, peaks: Optional[np.ndarray] = None):
-    self.source, self.scale = source, scale
+               scale: Optional[float], rms: np.ndarray, peaks: Optional[np.ndarray] = None,
+               split: Optional[store_lib.Split] = None):
+    self._source, self.scale = source, scale
+    self._split = split  # The cache split `source` maps, if any (`mapped`).
+    self._mapped = False
     self.offsets = tf.constant(offsets, tf.int64)
     self.lengths = tf.constant(lengths, tf.int64)
     self._rms = tf.constant(np.maximum(rms, 1e-6), tf.float32)  # Digital silence mixes nothing.
@@ -51,8 +55,29 @@ class Recordings:
     the reverberant clip is not delayed by the response's lead-in.
     """
     offsets, lengths, rms, peaks = self._arrays
-    return Recordings(self.source, offsets + peaks, np.minimum(lengths - peaks, most),
-                      self.scale, rms)
+    return Recordings(self._source, offsets + peaks, np.minimum(lengths - peaks, most),
+                      self.scale, rms, split=self._split)
+
+  @property
+  def source(self) -> tf.Tensor:
+    """The recordings' samples, end to end: one tensor (`mapped`: an op that maps the split)."""
+    if self._mapped:
+      return split_tensor(self._split)[0]
+    return self._source
+
+  def mapped(self) -> "Recordings":
+    """The same recordings, their samples mapped from the cache where a graph using them runs.
+
+    A tf.data service worker's graph then names the split's file (the same
+    path on every host) instead of carrying every sample, which for hours of
+    background noise it could not. Recordings decoded in memory (a read-only
+    cache) have no file: those travel in the graph.
+    """
+    if self._split is None:
+      return self
+    out = copy.copy(self)
+    out._mapped = True  # pylint: disable=protected-access
+    return out
 
   def _pick(self, which: tf.Tensor) -> tf.Tensor:
     return tf.minimum(tf.cast(which * self.count, tf.int64), self.count - 1)
@@ -99,7 +124,7 @@ class Recordings:
       return None
     rms = np.array([_rms(c) for c in clips]) * (scale or 1.0)
     peaks = np.array([np.argmax(np.abs(c)) for c in clips], np.int64)
-    return cls(source, offsets, lengths, scale, rms, peaks)
+    return cls(source, offsets, lengths, scale, rms, peaks, split)
 
   def excerpts(self, which: tf.Tensor, where: tf.Tensor, n: int) -> tf.Tensor:
     """float32 [len(which), n]: an excerpt of recording floor(which * count) for each draw.

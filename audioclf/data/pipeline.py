@@ -506,9 +506,8 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
   scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
   if sampler.augments(True):
     # The workers augment too (the costliest part of the pipeline), batch k by
-    # k's draws whatever order the batches arrive in; their graph carries the
-    # sampler's recordings and response spectra, made here once.
-    ds = ds.map(_as_is(functools.partial(_features, sampler, True, scale)),
+    # k's draws whatever order the batches arrive in.
+    ds = ds.map(_as_is(functools.partial(_features, sampler.mapped(), True, scale)),
                 num_parallel_calls=AUTOTUNE).with_options(_options(params, True, True))
     return dataservice.distribute(ds, params.data_service)
   ds = dataservice.distribute(ds.map(_as_is(lambda w, y, k: (w, y))), params.data_service)

@@ -168,6 +168,17 @@ class Sampler:
     """Whether batches of this stream get noise (`add_noise`) at all."""
     return (training and self.noise_prob > 0) or self.silence_label is not None
 
+  def mapped(self) -> "Sampler":
+    """This sampler for a graph that runs on another host (a tf.data service worker's).
+
+    Its background recordings are mapped there from that host's cache
+    (`noise.Recordings.mapped`) instead of travelling in the graph; the
+    response bank's spectra, made once here, travel in it.
+    """
+    out = copy.copy(self)
+    out.recordings = None if self.recordings is None else self.recordings.mapped()
+    return out
+
   def augments(self, training: bool) -> bool:
     """Whether `augment` changes batches of this stream at all (else it need not run)."""
     return self.mixes(training) or (training and (
