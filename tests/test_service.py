@@ -150,6 +150,18 @@ def test_workers_augment_each_batch_as_its_number_says_in_any_order_of_arrival(
   assert noise[8000:8032].tobytes() not in sent[0]._as_serialized_graph().numpy()
 
 
+def test_a_listing_holds_the_noise_the_workers_mix_in(tone_params, tmp_path):
+  from audioclf.data import service  # pylint: disable=g-import-not-at-top
+  os.makedirs(tmp_path / "noise" / "room")
+  sf.write(str(tmp_path / "noise" / "room" / "hum.wav"), np.zeros(1600, np.int16), 16000)
+  params = tone_params.replace(noise_dir=str(tmp_path / "noise"))
+  manifest = manifest_lib.load(params)
+  quiet = service.listing(params, manifest)
+  noisy = service.listing(params.replace(noise_prob=0.5), manifest)
+  assert noisy.startswith(quiet) and noisy[len(quiet):].startswith("noise/room/hum.wav\t")
+  assert len(noisy.splitlines()) == len(quiet.splitlines()) + 1
+
+
 @pytest.mark.slow
 def test_two_workers_serve_each_clip_once_per_epoch(tmp_path):
   from audioclf import Params  # pylint: disable=g-import-not-at-top

@@ -19,7 +19,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from audioclf.data.manifest import DataError, Manifest
+from audioclf.data.manifest import NOISE_FOLDER, DataError, Manifest
 from audioclf.data import store as store_lib
 from audioclf.params import DATA_SERVICE_ADDRESS, Params
 
@@ -72,13 +72,19 @@ def listing(params: Params, manifest: Manifest, split: str = "train") -> str:
   """What a host holds as `split`: each file's path under the data root and content fingerprint.
 
   Paths are relative, so a dataset copied to another folder (or host) lists
-  the same; fingerprints are of the content, so mtimes do not matter.
+  the same; fingerprints are of the content, so mtimes do not matter. Where
+  training mixes in background noise, the recordings too (noise/<path under
+  their folder>): the workers mix them in from their own cache.
   """
-  examples = manifest.files(split)  # What the cache holds: no virtual _silence_ clips.
-  fingerprints = store_lib.Store.for_params(params).fingerprints.of(examples)
   root = params.data_dir or os.path.dirname(os.path.abspath(params.manifest))
-  return "".join(f"{os.path.relpath(e.path, root)}\t{fp}\n"
-                 for e, fp in zip(examples, fingerprints))
+  examples = list(manifest.files(split))  # What the cache holds: no virtual _silence_ clips.
+  names = [os.path.relpath(e.path, root) for e in examples]
+  if split == "train" and params.noise_prob > 0:
+    folder = params.noise_dir or os.path.join(root, NOISE_FOLDER)
+    examples += manifest.noise
+    names += [f"noise/{os.path.relpath(e.path, folder)}" for e in manifest.noise]
+  fingerprints = store_lib.Store.for_params(params).fingerprints.of(examples)
+  return "".join(f"{name}\t{fp}\n" for name, fp in zip(names, fingerprints))
 
 
 def _listing_path(params: Params, split: str) -> str:
