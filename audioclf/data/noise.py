@@ -76,7 +76,7 @@ class Recordings:
     if self._split is None:
       return self
     out = copy.copy(self)
-    out._mapped = True  # pylint: disable=protected-access
+    out._mapped = True
     return out
 
   def _pick(self, which: tf.Tensor) -> tf.Tensor:
