@@ -127,7 +127,8 @@ def test_trains_on_two_workers(data_flags):
 
 
 @pytest.mark.slow
-def test_trains_from_a_tf_data_service(data_flags, tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_trains_from_a_tf_data_service_that_augments_quietly(data_flags, tmp_path, engine):
   root, flags = data_flags
   flagfile = tmp_path / "data.flags"
   flagfile.write_text("\n".join(flags) + "\n")
@@ -146,10 +147,17 @@ def test_trains_from_a_tf_data_service(data_flags, tmp_path):
         break
     else:
       pytest.fail(f"the worker ended before it registered: {''.join(said)[-2000:]}")
-    summary = last_json(audioclf("train", *flags, f"--model_dir={tmp_path / 'served'}",
-                                 "--train_steps=6", "--eval_every_steps=6",
-                                 f"--data_service=grpc://127.0.0.1:{port}"))
+    # The workers apply these: the trainer only receives finished batches.
+    proc = warm.run([sys.executable, "-m", "audioclf", "train", *flags, f"--engine={engine}",
+                     f"--model_dir={tmp_path / 'served'}", "--train_steps=6",
+                     "--eval_every_steps=6", "--speed_perturb=0.9,1.1", "--gain_db=-6,6",
+                     "--mixup_alpha=0.2", f"--data_service=grpc://127.0.0.1:{port}"],
+                    cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = last_json(proc.stdout.strip().splitlines())
     assert summary["steps"] == 6 and summary["model"] == "my_models:tiny"
+    chatter = [line for line in proc.stderr.splitlines() if not line.startswith("audioclf: ")]
+    assert not chatter, proc.stderr[-3000:]
   finally:
     for server in servers:
       server.send_signal(signal.SIGTERM)
