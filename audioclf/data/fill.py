@@ -173,8 +173,9 @@ class Fill:
 
     `pending`: rows the pass will reach only after this call (in batches a
     short run may never take). Under on_bad_file="fail" they are decoded
-    here, in the element that asked: a bad one fails the run that met it
-    rather than only the writer thread, whose error no one would see.
+    here (on a thread pool: the pass's other calls wait for these rows), in
+    the element that asked: a bad one fails the run that met it rather than
+    only the writer thread, whose error no one would see.
     """
     with self._lock:
       if self._started:
@@ -187,9 +188,7 @@ class Fill:
         self._write()  # Raises for a bad file under "fail": then no marker, as it should be.
         return np.int64(0)
       if self.params.on_bad_file == "fail":
-        for row in sorted(set(int(r) for r in pending)):
-          if row not in self._decoded and self._native_words(row, header_only=True) is None:
-            self.decode(row)
+        self._decode_all(sorted(set(int(r) for r in pending)))
     except BaseException as e:
       self.error = e  # Later batches that need the split say why there is none.
       raise
@@ -324,26 +323,33 @@ class Fill:
   # --- Filling ahead of time.
 
   def fill_now(self, progress: bool = False) -> None:
-    """Decodes every file on a thread pool (soundfile and soxr drop the GIL), then writes the split."""
+    """Decodes every file, then writes the split."""
     self.filled = True
+    self._decode_all(range(len(self.examples)), progress)
+    self.finish()
 
+  def _decode_all(self, rows: Sequence[int], progress: bool = False) -> None:
+    """Decodes those of `rows` not decoded yet on a thread pool (soundfile and soxr drop the GIL).
+
+    Canonical WAVs are left to the split's writer, which reads them then.
+    Raises the first file's error (a bad one under on_bad_file="fail").
+    """
     def one(row: int) -> None:
-      if self._native_words(row, header_only=True) is None:
-        self.decode(row)  # Canonical WAVs are read when the split is written.
+      if row not in self._decoded and self._native_words(row, header_only=True) is None:
+        self.decode(row)
 
     pool = concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 2)
     try:
-      done = pool.map(one, range(len(self.examples)))
+      done = pool.map(one, rows)
       if progress:
         from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-        done = tqdm(done, total=len(self.examples), unit="file", disable=None)
+        done = tqdm(done, total=len(rows), unit="file", disable=None)
       for _ in done:
         pass
     finally:
       # On Ctrl-C or a bad file, the files not started yet are dropped (the
       # pool's `with` would decode them all first); those in flight finish.
       pool.shutdown(wait=True, cancel_futures=True)
-    self.finish()
 
 
 def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Manifest] = None,
