@@ -131,8 +131,6 @@ def test_workers_augment_each_batch_as_its_number_says_in_any_order_of_arrival(
   params = tone_params.replace(speed_perturb=(0.9, 1.1), gain_db=(-6.0, 6.0), mixup_alpha=0.2,
                                noise_dir=str(tmp_path / "noise"), noise_prob=0.5,
                                data_service="grpc://127.0.0.1:1")
-  local = pipeline.input_fn(params.replace(data_service=None), "train")
-  want = [(b[0]["waveform"].numpy(), b[1].numpy()) for b in local.take(12)]
   sent = []
 
   def reordered(ds, address, job_name=None):
@@ -141,11 +139,14 @@ def test_workers_augment_each_batch_as_its_number_says_in_any_order_of_arrival(
 
   monkeypatch.setattr(pipeline.dataservice, "check_workers", lambda *a: None)
   monkeypatch.setattr(pipeline.dataservice, "distribute", reordered)
-  got = []
-  for w, y in pipeline.input_fn(params, "train"):
-    got.append(next(k for k, (ww, yy) in enumerate(want)
-                    if np.array_equal(ww, w["waveform"].numpy()) and np.array_equal(yy, y.numpy())))
-  assert sorted(got) == list(range(12)) and got != sorted(got), got
+  for start in (0, 5):  # From the first step, and resumed at step 5.
+    local = pipeline.input_fn(params.replace(data_service=None), "train", seed_offset=start)
+    want = [(b[0]["waveform"].numpy(), b[1].numpy()) for b in local.take(12)]
+    got = []
+    for w, y in pipeline.input_fn(params, "train", seed_offset=start):
+      got.append(next(k for k, (ww, yy) in enumerate(want) if np.array_equal(
+          ww, w["waveform"].numpy()) and np.array_equal(yy, y.numpy())))
+    assert sorted(got) == list(range(12)) and got != sorted(got), (start, got)
   # The workers' graph maps the noise from their cache: it carries none of its samples.
   assert noise[8000:8032].tobytes() not in sent[0]._as_serialized_graph().numpy()
 
