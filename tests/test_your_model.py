@@ -37,14 +37,20 @@ def _env(**extra):
   return dict(os.environ, PYTHONPATH=path, TF_CPP_MIN_LOG_LEVEL="2", **extra)
 
 
-def audioclf(*args, timeout=300):
-  """`python -m audioclf <args>` from the repository root -> its stdout's lines; must succeed."""
+def audioclf(*args, timeout=300, quiet=False):
+  """`python -m audioclf <args>` from the repository root -> its stdout's lines; must succeed.
+
+  `quiet`: and write only audioclf's own lines ("audioclf: ...") on stderr.
+  """
   try:
     proc = warm.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, env=_env(),
                     capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired as e:
     pytest.fail(f"audioclf {args[0]} did not end in {e.timeout} s: {e.stderr!r:.3000}")
   assert proc.returncode == 0, proc.stderr[-3000:]
+  if quiet:
+    chatter = [line for line in proc.stderr.splitlines() if not line.startswith("audioclf: ")]
+    assert not chatter, proc.stderr[-3000:]
   return proc.stdout.strip().splitlines()
 
 
@@ -148,16 +154,12 @@ def test_trains_from_a_tf_data_service_that_augments_quietly(data_flags, tmp_pat
     else:
       pytest.fail(f"the worker ended before it registered: {''.join(said)[-2000:]}")
     # The workers apply these: the trainer only receives finished batches.
-    proc = warm.run([sys.executable, "-m", "audioclf", "train", *flags, f"--engine={engine}",
-                     f"--model_dir={tmp_path / 'served'}", "--train_steps=6",
-                     "--eval_every_steps=6", "--speed_perturb=0.9,1.1", "--gain_db=-6,6",
-                     "--mixup_alpha=0.2", f"--data_service=grpc://127.0.0.1:{port}"],
-                    cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = last_json(proc.stdout.strip().splitlines())
+    summary = last_json(audioclf("train", *flags, f"--engine={engine}",
+                                 f"--model_dir={tmp_path / 'served'}", "--train_steps=6",
+                                 "--eval_every_steps=6", "--speed_perturb=0.9,1.1",
+                                 "--gain_db=-6,6", "--mixup_alpha=0.2",
+                                 f"--data_service=grpc://127.0.0.1:{port}", quiet=True))
     assert summary["steps"] == 6 and summary["model"] == "my_models:tiny"
-    chatter = [line for line in proc.stderr.splitlines() if not line.startswith("audioclf: ")]
-    assert not chatter, proc.stderr[-3000:]
   finally:
     for server in servers:
       server.send_signal(signal.SIGTERM)
