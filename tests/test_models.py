@@ -14,7 +14,14 @@ from audioclf.params import ParamError
 PARAMS = Params(sample_rate=8000, clip_seconds=0.5, model_args={"width": 8}, n_mels=20)
 # Every built-in model, small: its own arguments at a size that builds in a second.
 SMALL = {"cnn": {"width": 8}, "ds_cnn": {"width": 8}, "bc_resnet": {"sub_bands": 1},
-         "matchboxnet": {"channels": 8, "blocks": 1, "repeats": 1}}
+         "matchboxnet": {"channels": 8, "blocks": 1, "repeats": 1}, "speech_embedding": {}}
+# The pretrained front end takes 16 kHz audio and clips of at least one 0.78 s window.
+RATES = {"speech_embedding": {"sample_rate": 16000, "clip_seconds": 1.0}}
+
+
+def small(name):
+  """PARAMS for the built-in model `name` at its small size."""
+  return PARAMS.replace(model=name, model_args=SMALL[name], **RATES.get(name, {}))
 
 
 def test_every_registered_built_in_model_is_tested_here():
@@ -23,12 +30,14 @@ def test_every_registered_built_in_model_is_tested_here():
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_raw_waveform_in_probabilities_out(name):
-  model = models.build_model(PARAMS.replace(model=name, model_args=SMALL[name]), num_classes=5)
+  params = small(name)
+  model = models.build_model(params, num_classes=5)
   # model_to_estimator maps features by this name; input_fn's features have it too.
   assert [t.name for t in model.inputs] == ["waveform"]
-  assert tuple(model.inputs[0].shape) == (None, 4000)
+  assert tuple(model.inputs[0].shape) == (None, params.clip_samples)
   assert model.output_shape == (None, 5)
-  waves = np.random.default_rng(0).standard_normal([3, 4000]).astype(np.float32) * 0.1
+  waves = np.random.default_rng(0).standard_normal([3, params.clip_samples]).astype(
+      np.float32) * 0.1
   probs = model(models.inputs(waves), training=False).numpy()
   np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
   assert (probs >= 0).all()
@@ -37,7 +46,7 @@ def test_raw_waveform_in_probabilities_out(name):
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_model_clones_from_its_config(name):
   # model_to_estimator rebuilds the model in its own graph from get_config.
-  model = models.build_model(PARAMS.replace(model=name, model_args=SMALL[name]), num_classes=3)
+  model = models.build_model(small(name), num_classes=3)
   clone = keras.models.clone_model(model)
   assert [l.name for l in clone.layers] == [l.name for l in model.layers]
   assert clone.count_params() == model.count_params()
@@ -89,7 +98,8 @@ def test_width_scales_the_model():
 
 def test_unknown_model_lists_the_registry():
   with pytest.raises(ValueError, match=r"--model=resnet9000: no model is registered under that "
-                                       r"name \(registered: bc_resnet, cnn, ds_cnn, matchboxnet\)"):
+                                       r"name \(registered: bc_resnet, cnn, ds_cnn, matchboxnet, "
+                                       r"speech_embedding\)"):
     models.build_model(PARAMS.replace(model="resnet9000"), 3)
 
 

@@ -1,0 +1,159 @@
+"""Google's speech embedding as two Keras layers: log-mel frames from raw audio, embeddings from frames.
+
+  waveform [batch, samples] float32 in [-1, 1], 16 kHz
+    -> SpeechMel: 32 log-mel bins (60-3800 Hz), a frame every 10 ms (25 ms in a 512-point window)
+    -> SpeechEmbedding: 96 dims every 8 frames (80 ms), each seeing 76 frames (775 ms)
+
+Both hold the shipped weights (audioclf.model.speech.shipped) as Keras
+weights, so checkpoints, SavedModel and TFLite carry them. The embedding
+network is fully convolutional in time: run once over a clip's frames, its
+outputs are those of the shipped model run on every 76-frame window 8 frames
+apart, at a fraction of the work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from audioclf.compat import keras
+from audioclf.model.speech import shipped
+
+SAMPLE_RATE = 16000
+FRAME_SAMPLES = 512
+HOP_SAMPLES = 160
+MEL_BINS = 32
+WINDOW_FRAMES = 76  # Frames one embedding sees.
+EMBEDDING_HOP = 8  # Frames between embeddings: the network's pooling in time.
+DIMS = 96
+TOP_DB = 80.0
+LEAKY_SLOPE = 0.2
+FLOOR = -0.4  # Every hidden activation is clipped from below here.
+# Which conv layers end in a 2x2 or 1x2 max pool (time x frequency), and the
+# five blocks the pools close: `trainable_blocks` counts these from the end.
+POOLS = {2: (2, 2), 6: (1, 2), 10: (2, 2), 14: (1, 2), 18: (2, 2)}
+BLOCK_ENDS = (2, 6, 10, 14, 19)
+
+
+def num_frames(samples: int) -> int:
+  """Mel frames of a clip of `samples` (no padding: only whole 512-sample windows)."""
+  return max(0, 1 + (samples - FRAME_SAMPLES) // HOP_SAMPLES)
+
+
+def num_embeddings(frames: int) -> int:
+  """Embeddings of `frames` mel frames: one per whole 76-frame window, 8 frames apart."""
+  return max(0, 1 + (frames - WINDOW_FRAMES) // EMBEDDING_HOP)
+
+
+def _constant(value: np.ndarray):
+  """An initializer that gives `value`: the shipped weights as a weight's initial value."""
+  return lambda shape, dtype=None: tf.constant(value, dtype=dtype or tf.float32)
+
+
+@keras.saving.register_keras_serializable(package="audioclf")
+class SpeechMel(keras.layers.Layer):
+  """float32 waveforms [batch, samples] at 16 kHz -> scaled log-mel frames [batch, frames, 32].
+
+  The shipped mel model's arithmetic on samples at the int16 scale: a
+  windowed DFT, power, mel filters, 10 log10 floored 80 dB below the clip's
+  peak, then (x / 10 + 2), the scaling the embedding network was fed.
+
+  Args:
+    padding: samples of silence added before and after each clip, so that
+      windows starting before a word's onset or ending after its end see all
+      of it (a 1 s clip alone holds three 775 ms windows).
+  """
+
+  def __init__(self, padding: int = 0, **kwargs):
+    super().__init__(**kwargs)
+    self.padding = int(padding)
+
+  def build(self, input_shape):
+    weights = shipped.weights()
+    self.dft = self.add_weight(name="dft", shape=weights.dft.shape, trainable=False,
+                               initializer=_constant(weights.dft))
+    self.mel = self.add_weight(name="mel", shape=weights.mel.shape, trainable=False,
+                               initializer=_constant(weights.mel))
+    super().build(input_shape)
+
+  def call(self, waveform):
+    waveform = tf.pad(tf.cast(waveform, tf.float32), [[0, 0], [self.padding, self.padding]])
+    frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES)
+    spectrum = tf.matmul(frames, self.dft)
+    real, imag = spectrum[..., :FRAME_SAMPLES // 2 + 1], spectrum[..., FRAME_SAMPLES // 2 + 1:]
+    power = tf.matmul(real * real + imag * imag, self.mel)
+    decibels = tf.math.log(tf.maximum(power, 1e-10)) * (10.0 / np.log(10.0))
+    peak = tf.reduce_max(decibels, axis=[-2, -1], keepdims=True)
+    return tf.maximum(decibels, peak - TOP_DB) / 10.0 + 2.0
+
+  def compute_output_shape(self, input_shape):
+    *batch, samples = tf.TensorShape(input_shape).as_list()
+    frames = None if samples is None else num_frames(samples + 2 * self.padding)
+    return (*batch, frames, MEL_BINS)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(padding=self.padding)
+    return config
+
+
+@keras.saving.register_keras_serializable(package="audioclf")
+class SpeechEmbedding(keras.layers.Layer):
+  """Scaled log-mel frames [batch, frames, 32] -> embeddings [batch, num_embeddings(frames), 96].
+
+  Args:
+    trainable_blocks: how many of the network's five blocks train, counted
+      from the end (0 frozen, 5 all of it).
+    lr_multiplier: the trainable blocks' step size relative to the rest of
+      the model. Each weight is stored divided by it and used multiplied by
+      it, so Adam's steps (of a size set by the learning rate whatever the
+      gradient's scale) move the used weight by lr_multiplier times theirs.
+  """
+
+  def __init__(self, trainable_blocks: int = 0, lr_multiplier: float = 1.0, **kwargs):
+    super().__init__(**kwargs)
+    if not 0 <= trainable_blocks <= len(BLOCK_ENDS):
+      raise ValueError(f"trainable_blocks must be 0 to {len(BLOCK_ENDS)}, not {trainable_blocks}")
+    if lr_multiplier <= 0:
+      raise ValueError(f"lr_multiplier must be positive, not {lr_multiplier}")
+    self.trainable_blocks = int(trainable_blocks)
+    self.lr_multiplier = float(lr_multiplier)
+
+  def build(self, input_shape):
+    weights = shipped.weights()
+    first_trained = (BLOCK_ENDS[-self.trainable_blocks - 1] + 1 if self.trainable_blocks < 5
+                     else 0) if self.trainable_blocks else len(weights.kernels)
+    scale = self.lr_multiplier if self.trainable_blocks else 1.0
+    self.scale = scale
+    self.kernels, self.biases = [], []
+    for i, (kernel, bias) in enumerate(zip(weights.kernels, weights.biases)):
+      trains = i >= first_trained
+      self.kernels.append(self.add_weight(name=f"conv{i}_kernel", shape=kernel.shape,
+                                          trainable=trains, initializer=_constant(kernel / scale)))
+      self.biases.append(self.add_weight(name=f"conv{i}_bias", shape=bias.shape,
+                                         trainable=trains, initializer=_constant(bias / scale)))
+    super().build(input_shape)
+
+  def call(self, frames):
+    x = tf.pad(frames[..., tf.newaxis], [[0, 0], [0, 0], [1, 1], [0, 0]])
+    last = len(self.kernels) - 1
+    for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
+      # A (1, 3) kernel keeps the frequency bins (padding them), a (3, 1) or
+      # (3, 3) one reads whole frames only: no frame is ever padded in time.
+      padding = "SAME" if kernel.shape[0] == 1 else "VALID"
+      x = tf.nn.conv2d(x, kernel * self.scale, strides=1, padding=padding) + bias * self.scale
+      if i == last:
+        break
+      x = tf.maximum(tf.nn.leaky_relu(x, alpha=LEAKY_SLOPE), FLOOR)
+      if i in POOLS:
+        x = tf.nn.max_pool2d(x, POOLS[i], POOLS[i], padding="VALID")
+    return tf.squeeze(x, axis=2)
+
+  def compute_output_shape(self, input_shape):
+    *batch, frames, _ = tf.TensorShape(input_shape).as_list()
+    return (*batch, None if frames is None else num_embeddings(frames), DIMS)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(trainable_blocks=self.trainable_blocks, lr_multiplier=self.lr_multiplier)
+    return config
