@@ -10,7 +10,7 @@ stops the export with UnsupportedOpsError naming it.
   none     float32 weights and activations
   dynamic  int8 weights, float activations (no calibration)
   int8     int8 weights and activations, calibrated on training clips, except
-           the front end (LogMelSpectrogram and the per-clip LayerNormalization
+           the front end (LogMelSpectrogram or SpeechMel, and the LayerNormalization
            after it), which stays float: a spectrum's magnitudes span over
            100 dB, and an 8-bit linear scale keeps only the loudest bins
            (quantized too, the demo model agreed with itself on 62% of clips).
@@ -44,13 +44,14 @@ from audioclf.data.pipeline import input_fn
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.model.features import LogMelSpectrogram, mel_matrix
+from audioclf.model.speech.layers import SpeechEmbedding, SpeechMel
 from audioclf.params import Params
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
 FILE_NAMES = {"none": "model.tflite", "dynamic": "model_dynamic.tflite", "int8": "model_int8.tflite"}
 # Layers whose ops the int8 variant keeps in float (see the module docstring): the log-mel
-# front end and the per-clip normalization after it.
-FLOAT_LAYERS = (LogMelSpectrogram, keras.layers.LayerNormalization)
+# front ends and the normalization after them.
+FLOAT_LAYERS = (LogMelSpectrogram, SpeechMel, keras.layers.LayerNormalization)
 
 _NO_KERNEL = re.compile(r"'tf\.(\w+)' op is neither a custom op nor a flex op")
 

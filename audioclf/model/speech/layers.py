@@ -70,8 +70,13 @@ class SpeechMel(keras.layers.Layer):
 
   def build(self, input_shape):
     weights = shipped.weights()
-    self.dft = self.add_weight(name="dft", shape=weights.dft.shape, trainable=False,
-                               initializer=_constant(weights.dft))
+    # Two products, not one split after: the int8 export keeps this layer in
+    # float op by op, and a split's outputs slip through as int8.
+    half = weights.dft.shape[1] // 2
+    self.dft_real, self.dft_imag = (
+        self.add_weight(name=f"dft_{part}", shape=(FRAME_SAMPLES, half), trainable=False,
+                        initializer=_constant(value))
+        for part, value in (("real", weights.dft[:, :half]), ("imag", weights.dft[:, half:])))
     self.mel = self.add_weight(name="mel", shape=weights.mel.shape, trainable=False,
                                initializer=_constant(weights.mel))
     super().build(input_shape)
@@ -79,8 +84,7 @@ class SpeechMel(keras.layers.Layer):
   def call(self, waveform):
     waveform = tf.pad(tf.cast(waveform, tf.float32), [[0, 0], [self.padding, self.padding]])
     frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES)
-    spectrum = tf.matmul(frames, self.dft)
-    real, imag = spectrum[..., :FRAME_SAMPLES // 2 + 1], spectrum[..., FRAME_SAMPLES // 2 + 1:]
+    real, imag = tf.matmul(frames, self.dft_real), tf.matmul(frames, self.dft_imag)
     power = tf.matmul(real * real + imag * imag, self.mel)
     decibels = tf.math.log(tf.maximum(power, 1e-10)) * (10.0 / np.log(10.0))
     peak = tf.reduce_max(decibels, axis=[-2, -1], keepdims=True)
@@ -135,7 +139,7 @@ class SpeechEmbedding(keras.layers.Layer):
     super().build(input_shape)
 
   def call(self, frames):
-    x = tf.pad(frames[..., tf.newaxis], [[0, 0], [0, 0], [1, 1], [0, 0]])
+    x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
     last = len(self.kernels) - 1
     for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
       # A (1, 3) kernel keeps the frequency bins (padding them), a (3, 1) or

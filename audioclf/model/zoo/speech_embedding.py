@@ -49,13 +49,14 @@ def speech_embedding(waveform: tf.Tensor, params, *, head: str = "pooled", width
   frames = speech.SpeechMel(padding=padding, name="speech_mel")(waveform)
   x = speech.SpeechEmbedding(trainable_blocks=blocks, lr_multiplier=lr_multiplier,
                              name="speech_embedding")(frames)
+  # The embedding's dims differ in scale by orders of magnitude: each step is
+  # normalized, and the learned scale of each dim sets what it weighs (in the
+  # int8 export the layer stays float, so no small dim is rounded away).
+  x = layers.LayerNormalization(name="head_norm")(x)
   if head == "conv":
     x = layers.Conv1D(width, 3, padding="same", activation="relu", name="head_conv")(x)
   x = layers.Concatenate(name="head_pool")([layers.GlobalAveragePooling1D(name="head_mean")(x),
                                             layers.GlobalMaxPooling1D(name="head_max")(x)])
-  # The frozen embedding's dims differ in scale by orders of magnitude: put
-  # them on one footing, or the head's first steps chase the largest.
-  x = layers.LayerNormalization(name="head_norm")(x)
   if head == "pooled" and width:
     x = layers.Dense(width, activation="relu", name="head_dense")(x)
   return x
