@@ -123,3 +123,16 @@ def test_search_space_draws_arguments_the_model_takes():
   drawn = zoo.search_space(keras_tuner.HyperParameters())
   model = models.build_model(PARAMS.replace(model_args=drawn), 3)
   assert model.output_shape == (None, 3)
+
+
+def test_a_checkpoint_restores_every_front_end_weight(tmp_path):
+  # Both engines write tf.train.Checkpoint(model): a fine-tuned front end must come back from it.
+  params = PARAMS.replace(model_args={"trainable": "last1"})
+  model = models.build_model(params, 3)
+  for variable in model.get_layer("speech_embedding").weights:
+    variable.assign(tf.fill(variable.shape, 0.5))
+  path = tf.train.Checkpoint(model).write(str(tmp_path / "ckpt"))
+  again = models.build_model(params, 3)
+  tf.train.Checkpoint(again).read(path).assert_existing_objects_matched().expect_partial()
+  for variable in again.get_layer("speech_embedding").weights:
+    np.testing.assert_array_equal(variable.numpy(), 0.5)

@@ -129,14 +129,22 @@ class SpeechEmbedding(keras.layers.Layer):
                      else 0) if self.trainable_blocks else len(weights.kernels)
     scale = self.lr_multiplier if self.trainable_blocks else 1.0
     self.scale = scale
-    self.kernels, self.biases = [], []
     for i, (kernel, bias) in enumerate(zip(weights.kernels, weights.biases)):
-      trains = i >= first_trained
-      self.kernels.append(self.add_weight(name=f"conv{i}_kernel", shape=kernel.shape,
-                                          trainable=trains, initializer=_constant(kernel / scale)))
-      self.biases.append(self.add_weight(name=f"conv{i}_bias", shape=bias.shape,
-                                         trainable=trains, initializer=_constant(bias / scale)))
+      # An attribute each: Keras 3's TensorFlow checkpoints track a layer's
+      # variables by attribute, and miss those held in a list.
+      for part, value in (("kernel", kernel), ("bias", bias)):
+        setattr(self, f"conv{i}_{part}",
+                self.add_weight(name=f"conv{i}_{part}", shape=value.shape,
+                                trainable=i >= first_trained, initializer=_constant(value / scale)))
     super().build(input_shape)
+
+  @property
+  def kernels(self) -> list:
+    return [getattr(self, f"conv{i}_kernel") for i in range(shipped.CONV_LAYERS)]
+
+  @property
+  def biases(self) -> list:
+    return [getattr(self, f"conv{i}_bias") for i in range(shipped.CONV_LAYERS)]
 
   def call(self, frames):
     x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
