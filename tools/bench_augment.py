@@ -106,12 +106,9 @@ def define_flags() -> None:
 
 
 def recipe_flags(flagfile: str) -> flags.FlagValues:
-  """A flagfile read as `audioclf train` reads it (nested --flagfile= lines included)."""
+  """A flagfile read as `audioclf train` reads it (the presets and flagfiles it includes too)."""
   from audioclf.commands import flags as command_flags  # pylint: disable=g-import-not-at-top
-  values = flags.FlagValues()
-  command_flags.define_flags(values)
-  values([sys.argv[0], f"--flagfile={flagfile}"])
-  return values
+  return command_flags.recipe([f"--flagfile={flagfile}"])
 
 
 def plan() -> dict[str, list[str]]:

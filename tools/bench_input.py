@@ -315,10 +315,7 @@ def _augment_builders(params: audioclf.Params) -> dict[str, Callable[[], tf.data
 
 def recipe_params(flagfile: str) -> audioclf.Params:
   """The Params a flagfile gives, read as `audioclf train` reads it."""
-  values = flags.FlagValues()
-  command_flags.define_flags(values)
-  values([sys.argv[0], f"--flagfile={flagfile}"])
-  return command_flags.params_from_flags(values)
+  return command_flags.params_from_flags(command_flags.recipe([f"--flagfile={flagfile}"]))
 
 
 def preset_augmentation(params: audioclf.Params) -> audioclf.Params:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import app
 
-from audioclf.commands import quiet
+from audioclf.commands import flagfiles, quiet
 from audioclf.params import ParamError
 
 # Set to 1 to see the traceback of an error that a command would report as one line.
@@ -127,6 +127,11 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
     return code
 
   argv = list(sys.argv if argv is None else argv)
+  try:
+    argv = argv[:1] + flagfiles.expand(argv[1:])
+  except ParamError as e:
+    print(f"audioclf: error: {e}", file=sys.stderr, flush=True)
+    sys.exit(1)
   exit_if_help(argv, doc)
   exit_without_final_collections()
   quiet.start_tensorflow(argv)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from absl import flags
 
@@ -43,6 +43,19 @@ def params_from_flags(flag_values: flags.FlagValues = flags.FLAGS, **overrides: 
             if f.name in flag_values}
   values.update(overrides)
   return Params(**values).validate()
+
+
+def recipe(args: Sequence[str]) -> flags.FlagValues:
+  """The training flags `args` set (--preset= and --flagfile= read as a command reads them).
+
+  Raises:
+    ParamError: a preset or flagfile that cannot be read (flagfiles.expand).
+  """
+  from audioclf.commands import flagfiles  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  define_flags(values)
+  values(["audioclf", *flagfiles.expand(args)])
+  return values
 
 
 def define_model_dir_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -1,0 +1,49 @@
+"""--model=speech_embedding through the command line: train (both engines), evaluate, predict, export int8, tune."""
+
+import json
+import os
+
+import pytest
+
+from conftest import ENGINES, write_tone_dataset
+from test_your_model import audioclf, last_json
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data_flags(tmp_path_factory):
+  """Flags for a small tone dataset of 1 s clips, at the preset's model and a few steps."""
+  root = tmp_path_factory.mktemp("speech_embedding")
+  data = write_tone_dataset(root / "data", per_label=12, seconds=1.0)
+  return root, ["--preset=pretrained_speech", f"--data_dir={data}",
+                f"--cache_dir={root / 'cache'}", "--batch_size=8", "--validation_percent=25",
+                "--testing_percent=25", "--noise_prob=0", "--train_steps=6",
+                "--eval_every_steps=6", "--log_every_steps=3", "--keep_best=none"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_trains_evaluates_and_exports_int8(data_flags, engine):
+  root, flags = data_flags
+  model_dir = str(root / f"run_{engine}")
+  trained = last_json(audioclf("train", *flags, f"--engine={engine}",
+                               f"--model_dir={model_dir}", "--model_args=trainable=last1"))
+  assert trained["steps"] == 6 and trained["model"] == "speech_embedding"
+  data_dir = flags[1].split("=", 1)[1]
+  evaluated = last_json(audioclf("evaluate", f"--model_dir={model_dir}", "--split=test",
+                                 f"--cache_dir={root / 'cache'}"))
+  assert 0 <= evaluated["accuracy"] <= 1 and evaluated["files"] > 0
+  predicted = audioclf("predict", f"--model_dir={model_dir}", os.path.join(data_dir, "low"))
+  assert len(predicted) == 13  # A line per clip, then the summary.
+  exported = last_json(audioclf("export", f"--model_dir={model_dir}", "--format=tflite",
+                                "--quantize=int8", f"--cache_dir={root / 'cache'}",
+                                "--calibration_clips=16"))
+  assert os.path.getsize(os.path.join(exported["export_dir"], "model_int8.tflite")) > 0
+
+
+def test_tunes_its_own_search_space(data_flags):
+  root, flags = data_flags
+  tuned = last_json(audioclf("tune", *flags, f"--model_dir={root / 'tune'}", "--max_trials=2", "--trial_steps=4",
+                             "--tuner=random"))
+  searched = json.dumps(tuned)
+  assert "trainable" in searched and "head" in searched
