@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 
 from absl import app, flags
 
@@ -139,7 +140,7 @@ def plan() -> dict[str, list[str]]:
   return {k: v for k, v in rows.items() if not FLAGS.rows or k in FLAGS.rows}
 
 
-def _audioclf(*args: str) -> dict:
+def audioclf_json(*args: str) -> dict:
   """`python -m audioclf <args>` with this interpreter; its last line, JSON."""
   proc = subprocess.run([sys.executable, "-m", "audioclf", *args], cwd=ROOT, capture_output=True,
                         text=True, timeout=4 * 3600)
@@ -157,7 +158,7 @@ def run(row: str, row_flags: list[str], seed: str) -> dict:
   data = ([f"--data_dir={FLAGS.data_dir}"] if FLAGS.data_dir else []) + cache
   steps = [f"--train_steps={FLAGS.train_steps}"] if FLAGS.train_steps else []
   t = time.perf_counter()
-  train = _audioclf("train", *row_flags, f"--model_dir={model_dir}", f"--seed={seed}",
+  train = audioclf_json("train", *row_flags, f"--model_dir={model_dir}", f"--seed={seed}",
                     f"--shuffle_seed={seed}", *steps, *data)
   seconds = time.perf_counter() - t
   result = {"row": row, "seed": int(seed), "flags": row_flags, "model_dir": model_dir,
@@ -169,15 +170,23 @@ def run(row: str, row_flags: list[str], seed: str) -> dict:
   return result
 
 
-def evaluations(model_dir: str, data: list[str], cache: list[str]) -> dict:
-  """A trained run on the known voices (the test split) and the held-out ones, by speaker."""
-  known = _audioclf("evaluate", f"--model_dir={model_dir}", "--split=test", *data)
-  held_out_dir = FLAGS.held_out_dir or os.path.join(
-      FLAGS.data_dir or recipe_flags(FLAGS.demo_flagfile)["data_dir"].value, "_held_out")
+def evaluations(model_dir: str, data: list[str], cache: list[str],
+                held_out: Optional[list[str]] = None) -> dict:
+  """A trained run on the known voices (the test split) and the held-out ones, by speaker.
+
+  Args:
+    model_dir: the run's.
+    data: the data flags of the known voices (default: the run's own).
+    cache: the --cache_dir flag, if any.
+    held_out: the data flags of the held-out voices (default --held_out_dir's folder).
+  """
+  known = audioclf_json("evaluate", f"--model_dir={model_dir}", "--split=test", *data)
+  if held_out is None:
+    data_dir = FLAGS.data_dir or recipe_flags(FLAGS.demo_flagfile)["data_dir"].value
+    held_out = [f"--data_dir={FLAGS.held_out_dir or os.path.join(data_dir, '_held_out')}"]
   report_dir = os.path.join(model_dir, "eval_held_out")
-  held_out = _audioclf("evaluate", f"--model_dir={model_dir}", "--split=test",
-                       f"--data_dir={held_out_dir}", "--group_by=speaker",
-                       f"--report_dir={report_dir}", *cache)
+  held_out = audioclf_json("evaluate", f"--model_dir={model_dir}", "--split=test", *held_out,
+                       "--group_by=speaker", f"--report_dir={report_dir}", *cache)
   with open(os.path.join(report_dir, "report.json")) as f:
     report = json.load(f)
   weakest = report["groups"]["rows"][0]  # Weakest first.
