@@ -6,14 +6,16 @@
 #   tools/demo.sh                    # a few minutes on 2 CPU cores
 #   tools/demo.sh --train_steps=50   # extra flags go to every training run
 #   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
+# On the newest stack it also trains the pretrained preset (flags/pretrained_speech.flags: Google's
+# speech embedding, frozen, and a linear head) into runs/demo/<stack>/pretrained.
 # Each run is also evaluated on voices it never heard, beyond the training speakers' rate and pitch
 # (data/speech_words/_held_out, make_speech_words.py --held_out_speakers): the table shows both
-# accuracies, and the weakest unseen speaker's.
+# accuracies, and the weakest unseen speaker's, a column per run.
 # With both stacks it then tells the migration story: the legacy Estimator model migrated to Keras 3
 # (python -m audioclf migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
 # stack, and shown beside the Keras-3-from-scratch run (tools/migration_story.py).
-# Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine> (checkpoints, TensorBoard logs,
-# labels.txt, params.json, metrics.json, eval_held_out/), runs/demo/<stack>-<engine>.json,
+# Outputs: data/speech_words (dataset), runs/demo/<stack>/<engine or pretrained> (checkpoints,
+# TensorBoard logs, labels.txt, params.json, metrics.json, eval_held_out/), runs/demo/<stack>-<run>.json,
 # runs/demo/current/migrated, and tables at the end.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$ROOT"
@@ -23,6 +25,20 @@ stack_engines() {  # The engines each stack trains in the demo.
     current) echo "keras" ;;
     legacy) echo "keras estimator" ;;
   esac
+}
+
+run_demo() {  # run_demo STACK NAME FLAGS...: trains runs/demo/STACK/NAME, evaluates it on unseen voices.
+  local stack="$1" name="$2"
+  shift 2
+  echo "[demo] $stack stack: training $name" >&2
+  "$PYTHON" -m audioclf train "$@" --model_dir="runs/demo/$stack/$name" \
+    | tee "runs/demo/$stack-$name.log" | tail -n 1 > "runs/demo/$stack-$name.json"
+  echo "[demo] $stack stack, $name: evaluating on the held-out voices" >&2
+  "$PYTHON" -m audioclf evaluate --model_dir="runs/demo/$stack/$name" --split=test \
+    --data_dir=data/speech_words/_held_out --group_by=speaker \
+    --report_dir="runs/demo/$stack/$name/eval_held_out" | tail -n 1 \
+    > "runs/demo/$stack-$name-held-out.json"
+  RUNS+=("$stack-$name")
 }
 
 mkdir -p runs/demo
@@ -37,17 +53,11 @@ for stack in "${STACKS[@]}"; do
   "$PYTHON" -m audioclf cache --flagfile=flags/demo.flags | tail -n 1 \
     | tee "runs/demo/$stack-cache.json" >&2
   for engine in $(stack_engines "$stack"); do
-    echo "[demo] $stack stack: training with --engine=$engine" >&2
-    "$PYTHON" -m audioclf train --flagfile=flags/demo.flags --engine="$engine" \
-      --model_dir="runs/demo/$stack/$engine" "$@" | tee "runs/demo/$stack-$engine.log" | tail -n 1 \
-      > "runs/demo/$stack-$engine.json"
-    echo "[demo] $stack stack, --engine=$engine: evaluating on the held-out voices" >&2
-    "$PYTHON" -m audioclf evaluate --model_dir="runs/demo/$stack/$engine" --split=test \
-      --data_dir=data/speech_words/_held_out --group_by=speaker \
-      --report_dir="runs/demo/$stack/$engine/eval_held_out" | tail -n 1 \
-      > "runs/demo/$stack-$engine-held-out.json"
-    RUNS+=("$stack-$engine")
+    run_demo "$stack" "$engine" --flagfile=flags/demo.flags --engine="$engine" "$@"
   done
+  if [ "$stack" = "${STACKS[0]}" ]; then  # Once, on the newest stack: beside the CNN from scratch.
+    run_demo "$stack" pretrained --preset=pretrained_speech "$@"
+  fi
 done
 
 "$PYTHON" - "${RUNS[@]}" <<'PY'
