@@ -14,7 +14,10 @@ import keras
 
 
 def tiny(spectrogram, params, *, blocks: int = 2, width: int = 16, kernel: int = 3):
-  """A body on audioclf's log-mel front end: conv blocks, then a global average.
+  """A body on audioclf's log-mel front end: conv blocks, then an average over time alone.
+
+  Averaging over time keeps where in frequency the energy sits, which tells
+  words apart; a global average would leave 3x3 kernels blind to pitch.
 
   Args:
     spectrogram: log-mel [batch, frames, n_mels, 1], per clip normalized.
@@ -34,7 +37,8 @@ def tiny(spectrogram, params, *, blocks: int = 2, width: int = 16, kernel: int =
     x = keras.layers.BatchNormalization(momentum=0.9, name=f"tiny{i}_bn")(x)
     x = keras.layers.ReLU(name=f"tiny{i}_relu")(x)
     x = keras.layers.MaxPool2D(2, padding="same", name=f"tiny{i}_pool")(x)
-  return keras.layers.GlobalAveragePooling2D(name="tiny_pool")(x)
+  x = keras.layers.AveragePooling2D(pool_size=(x.shape[1], 1), name="tiny_time_pool")(x)
+  return keras.layers.Flatten(name="tiny_flatten")(x)
 
 
 def raw(waveform, params, *, filters: int = 16, stride: int = 4):
