@@ -5,8 +5,12 @@ import os
 
 import pytest
 
+import audioclf as audioclf_lib
+from audioclf.migration import parity
+from audioclf.model import model_dir as model_dir_lib
 from conftest import ENGINES, write_tone_dataset
-from test_your_model import audioclf, last_json
+from test_your_model import ROOT, audioclf, last_json
+import warm
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +51,24 @@ def test_tunes_its_own_search_space(data_flags):
                              "--tuner=random"))
   searched = json.dumps(tuned)
   assert "trainable" in searched and "head" in searched
+
+
+@pytest.mark.current_only
+def test_a_fine_tuned_legacy_model_dir_migrates_to_keras_3(data_flags, tmp_path):
+  """The Estimator trains it on the legacy stack; migrate --report runs that stack again."""
+  python = parity.legacy_python()
+  if not python:
+    pytest.skip("no legacy stack's Python (.venv-legacy, or $AUDIOCLF_LEGACY_PYTHON)")
+  root, flags = data_flags
+  legacy, to = str(tmp_path / "legacy"), str(tmp_path / "migrated")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = warm.run([python, "-m", "audioclf", "train", *flags, "--engine=estimator",
+                   f"--model_dir={legacy}", "--model_args=head=conv,width=8,trainable=last1"],
+                  cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  migrated = last_json(audioclf("migrate", f"--from_model_dir={legacy}", f"--to_model_dir={to}",
+                                "--report", f"--legacy_python={python}", flags[1], flags[2]))
+  assert migrated["steps"] == 6 and migrated["optimizer_state"] == "carried"
+  assert migrated["report"]["max_abs_difference"] <= 1e-5
+  params = model_dir_lib.read_params(to).replace(train_steps=8)
+  assert audioclf_lib.train(params)["steps"] == 8  # Keras 3 trains on from the carried state.
