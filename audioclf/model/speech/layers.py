@@ -30,9 +30,10 @@ TOP_DB = 80.0
 LEAKY_SLOPE = 0.2
 FLOOR = -0.4  # Every hidden activation is clipped from below here.
 # Which conv layers end in a 2x2 or 1x2 max pool (time x frequency), and the
-# five blocks the pools close: `trainable_blocks` counts these from the end.
+# first layer of each of the five blocks the pools close: `trainable_blocks`
+# counts these from the end.
 POOLS = {2: (2, 2), 6: (1, 2), 10: (2, 2), 14: (1, 2), 18: (2, 2)}
-BLOCK_ENDS = (2, 6, 10, 14, 19)
+BLOCK_STARTS = (0, 3, 7, 11, 15)
 
 
 def num_frames(samples: int) -> int:
@@ -116,8 +117,9 @@ class SpeechEmbedding(keras.layers.Layer):
 
   def __init__(self, trainable_blocks: int = 0, lr_multiplier: float = 1.0, **kwargs):
     super().__init__(**kwargs)
-    if not 0 <= trainable_blocks <= len(BLOCK_ENDS):
-      raise ValueError(f"trainable_blocks must be 0 to {len(BLOCK_ENDS)}, not {trainable_blocks}")
+    if not 0 <= trainable_blocks <= len(BLOCK_STARTS):
+      raise ValueError(f"trainable_blocks must be 0 to {len(BLOCK_STARTS)}, "
+                       f"not {trainable_blocks}")
     if lr_multiplier <= 0:
       raise ValueError(f"lr_multiplier must be positive, not {lr_multiplier}")
     self.trainable_blocks = int(trainable_blocks)
@@ -125,10 +127,9 @@ class SpeechEmbedding(keras.layers.Layer):
 
   def build(self, input_shape):
     weights = shipped.weights()
-    first_trained = (BLOCK_ENDS[-self.trainable_blocks - 1] + 1 if self.trainable_blocks < 5
-                     else 0) if self.trainable_blocks else len(weights.kernels)
-    scale = self.lr_multiplier if self.trainable_blocks else 1.0
-    self.scale = scale
+    blocks = self.trainable_blocks
+    first_trained = BLOCK_STARTS[-blocks] if blocks else shipped.CONV_LAYERS
+    self.scale = scale = self.lr_multiplier if blocks else 1.0
     for i, (kernel, bias) in enumerate(zip(weights.kernels, weights.biases)):
       # An attribute each: Keras 3's TensorFlow checkpoints track a layer's
       # variables by attribute, and miss those held in a list.

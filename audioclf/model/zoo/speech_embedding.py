@@ -75,7 +75,7 @@ def _trainable_blocks(trainable: str) -> int:
   if trainable == "frozen":
     return 0
   if trainable == "all":
-    return len(speech.BLOCK_ENDS)
+    return len(speech.BLOCK_STARTS)
   match = re.fullmatch(r"last([1-5])", trainable)
   if not match:
     raise ParamError(f"--model_args=trainable={trainable}: speech_embedding takes {TRAINABLE}")
