@@ -1,4 +1,4 @@
-"""--model=speech_embedding through the command line: train (both engines), evaluate, predict, export int8, tune."""
+"""--model=speech_embedding through the command line: train (both engines), evaluate, predict, export, tune, migrate."""
 
 import json
 import os
@@ -43,6 +43,8 @@ def test_trains_evaluates_and_exports_int8(data_flags, engine):
                                 "--quantize=int8", f"--cache_dir={root / 'cache'}",
                                 "--calibration_clips=16"))
   assert os.path.getsize(os.path.join(exported["export_dir"], "model_int8.tflite")) > 0
+  saved = last_json(audioclf("export", f"--model_dir={model_dir}", "--format=saved_model"))
+  assert os.path.isfile(os.path.join(saved["export_dir"], "saved_model.pb"))
 
 
 def test_tunes_its_own_search_space(data_flags):

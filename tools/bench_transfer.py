@@ -8,9 +8,9 @@ Rows, each trained with the Keras engine on this interpreter's stack:
 
   scratch_demo         --preset=demo: the demo's small CNN from scratch
   scratch_real_speech  --preset=real_speech: the from-scratch recipe for real voices
-  frozen               --preset=pretrained_speech: the frozen embedding and a linear head
-  fine_tuned           the same with the embedding's last FINE_TUNE blocks trained
-  few_shot_<k>         the frozen preset on the synthesized words plus k clips of each word
+  frozen               the pretrained preset's head on a frozen embedding
+  fine_tuned           --preset=pretrained_speech: its last two blocks fine-tuned
+  few_shot_<k>         the pretrained preset on the synthesized words plus k clips of each word
                        spoken by the enrolment voices (--few_shot; as many as they have where
                        that is fewer), through a CSV manifest
 
@@ -41,12 +41,11 @@ import measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
-FINE_TUNE = "--model_args=width=0,trainable=last2,lr_multiplier=0.3"
 ROWS = {
     "scratch_demo": ["--preset=demo"],
     "scratch_real_speech": ["--preset=real_speech"],
-    "frozen": ["--preset=pretrained_speech"],
-    "fine_tuned": ["--preset=pretrained_speech", FINE_TUNE],
+    "frozen": ["--preset=pretrained_speech", "--model_args=head=conv,width=64"],
+    "fine_tuned": ["--preset=pretrained_speech"],
 }
 
 
@@ -127,7 +126,7 @@ def plan(enrolment: list, evaluation: list) -> dict[str, dict]:
     csv_path = write_manifest(os.path.join(FLAGS.runs_dir, f"few_shot_{k}.csv"), synthesized() + [
         (path, word, "train") for path, word in real])
     manifest = ["--data_dir=", f"--manifest={csv_path}", noise]
-    rows[f"few_shot_{k}"] = {"train": ROWS["frozen"] + manifest, "known": manifest,
+    rows[f"few_shot_{k}"] = {"train": ROWS["fine_tuned"] + manifest, "known": manifest,
                              "held_out": held_out, "real_clips": len(real)}
   unknown = set(FLAGS.rows) - set(rows)
   if unknown:

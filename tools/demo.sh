@@ -7,7 +7,7 @@
 #   tools/demo.sh --train_steps=50   # extra flags go to every training run
 #   AUDIOCLF_STACK=legacy tools/demo.sh   # one stack only (current, legacy or both)
 # On the newest stack it also trains the pretrained preset (flags/pretrained_speech.flags: Google's
-# speech embedding, frozen, and a linear head) into runs/demo/<stack>/pretrained.
+# speech embedding, its last blocks fine-tuned, and a small head) into runs/demo/<stack>/pretrained.
 # Each run is also evaluated on voices it never heard, beyond the training speakers' rate and pitch
 # (data/speech_words/_held_out, make_speech_words.py --held_out_speakers): the table shows both
 # accuracies, and the weakest unseen speaker's, a column per run.
