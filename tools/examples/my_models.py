@@ -13,7 +13,7 @@ arguments, with their types and defaults, are its own hyperparameters
 import keras
 
 
-def tiny(spectrogram, params, *, blocks: int = 2, width: int = 16, kernel: int = 3):
+def tiny(spectrogram, params, *, blocks: int = 3, width: int = 16, kernel: int = 3):
   """A body on audioclf's log-mel front end: conv blocks, then an average over time alone.
 
   Averaging over time keeps where in frequency the energy sits, which tells
