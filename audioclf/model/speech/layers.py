@@ -56,7 +56,7 @@ class SpeechMel(keras.layers.Layer):
   """float32 waveforms [batch, samples] at 16 kHz -> scaled log-mel frames [batch, frames, 32].
 
   The shipped mel model's arithmetic on samples at the int16 scale: a
-  windowed DFT, power, mel filters, 10 log10 floored 80 dB below the clip's
+  windowed DFT (by FFT), power, mel filters, 10 log10 floored 80 dB below the clip's
   peak, then (x / 10 + 2), the scaling the embedding network was fed.
 
   Args:
@@ -71,23 +71,18 @@ class SpeechMel(keras.layers.Layer):
 
   def build(self, input_shape):
     weights = shipped.weights()
-    # Two products, not one split after: the int8 export keeps this layer in
-    # float op by op, and a split's outputs slip through as int8.
-    half = weights.dft.shape[1] // 2
-    self.dft_real, self.dft_imag = (
-        self.add_weight(name=f"dft_{part}", shape=(FRAME_SAMPLES, half), trainable=False,
-                        initializer=_constant(value))
-        for part, value in (("real", weights.dft[:, :half]), ("imag", weights.dft[:, half:])))
+    self.window = self.add_weight(name="window", shape=weights.window.shape, trainable=False,
+                                  initializer=_constant(weights.window))
     self.mel = self.add_weight(name="mel", shape=weights.mel.shape, trainable=False,
                                initializer=_constant(weights.mel))
     super().build(input_shape)
 
   def call(self, waveform):
     waveform = tf.pad(tf.cast(waveform, tf.float32), [[0, 0], [self.padding, self.padding]])
-    frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES)
-    real, imag = tf.matmul(frames, self.dft_real), tf.matmul(frames, self.dft_imag)
-    power = tf.matmul(real * real + imag * imag, self.mel)
-    decibels = tf.math.log(tf.maximum(power, 1e-10)) * (10.0 / np.log(10.0))
+    frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES) * self.window
+    # The shipped model's 512-tap DFT products, by FFT.
+    power = tf.square(tf.abs(tf.signal.rfft(frames, [FRAME_SAMPLES])))
+    decibels = tf.math.log(tf.maximum(tf.matmul(power, self.mel), 1e-10)) * (10.0 / np.log(10.0))
     peak = tf.reduce_max(decibels, axis=[-2, -1], keepdims=True)
     return tf.maximum(decibels, peak - TOP_DB) / 10.0 + 2.0
 

@@ -37,14 +37,15 @@ class Weights:
   """The shipped front end's weights as numpy arrays, in Keras' layouts.
 
   Attributes:
-    dft: [512, 514], a Hann-windowed DFT's real parts then its imaginary ones
-      (the mel file's two 512-tap convolutions, stride 160).
+    window: [512], the analysis window: the mel file's two 512-tap
+      convolutions (stride 160) are this window times a DFT's cosines and
+      sines (`_window` checks it), so an FFT of windowed frames computes them.
     mel: [257, 32], the power spectrum's mel filters (60-3800 Hz).
     kernels: per conv layer [kh, kw, in, out], batch norm folded in.
     biases: per conv layer [out].
     checksum: both files' SHA-256, combined: the front end's version.
   """
-  dft: np.ndarray
+  window: np.ndarray
   mel: np.ndarray
   kernels: tuple
   biases: tuple
@@ -85,16 +86,31 @@ def weights() -> Weights:
     ParamError: see `model_file`.
   """
   mel = _constants(model_file(MEL_FILE))
-  real, imag = mel["convolution_1"], mel["convolution1"]  # [257, 1, 512, 1] each.
-  dft = np.concatenate([real[:, 0, :, 0].T, imag[:, 0, :, 0].T], axis=1)
+  window = _window(cosines=mel["convolution1"][:, 0, :, 0], sines=mel["convolution_1"][:, 0, :, 0])
   embedding = _constants(model_file(EMBEDDING_FILE))
   kernels, biases = [], []
   for i in range(CONV_LAYERS):
     kernel, bias = _conv(embedding, i)
     kernels.append(np.transpose(kernel, (1, 2, 3, 0)))  # TFLite's [out, kh, kw, in].
     biases.append(bias)
-  return Weights(dft=np.ascontiguousarray(dft), mel=mel["Const_3"], kernels=tuple(kernels),
+  return Weights(window=window, mel=mel["Const_3"], kernels=tuple(kernels),
                  biases=tuple(biases), checksum=checksum())
+
+
+def _window(cosines: np.ndarray, sines: np.ndarray) -> np.ndarray:
+  """The window w of DFT kernels [bins, taps] that are w[n] cos(2 pi k n / N) and w[n] sin(...).
+
+  Raises:
+    ValueError: kernels of another shape (then an FFT would not compute them).
+  """
+  taps = np.arange(cosines.shape[1])
+  phase = 2 * np.pi * np.outer(np.arange(cosines.shape[0]), taps) / cosines.shape[1]
+  window = cosines[0]  # Bin 0's cosine is 1.
+  error = max(np.abs(window * np.cos(phase) - cosines).max(),
+              np.abs(np.abs(window * np.sin(phase)) - np.abs(sines)).max())
+  if error > 1e-5:
+    raise ValueError(f"{MEL_FILE}: its DFT kernels are no windowed DFT (off by {error:.2g})")
+  return window.astype(np.float32)
 
 
 def _conv(tensors: dict[str, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
