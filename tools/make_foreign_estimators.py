@@ -43,6 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES_DIR = os.path.join(ROOT, "tests", "fixtures", "foreign")
 sys.path.insert(0, FIXTURES_DIR)  # As a team runs it: its module on PYTHONPATH, not a package.
+sys.path.insert(1, ROOT)  # audioclf's reading of a canned Estimator's arguments, for info.json.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 import tensorflow as tf
@@ -232,45 +233,85 @@ def write_fixture(builder_path: str, out_dir: str, tmp: str) -> None:
       "variables": checkpoint_variables(model_dir)})
 
 
-def raw_variables_model_fn(features, labels, mode):
-  """A team's hand-written model_fn: a one-hidden-layer net of get_variable's, Adam (TF1)."""
-  x = features["features"]
-  with tf.compat.v1.variable_scope("hidden"):
-    weights = tf.compat.v1.get_variable("weights", [x.shape[-1], 8])
-    biases = tf.compat.v1.get_variable("biases", [8], initializer=tf.compat.v1.zeros_initializer())
-    hidden = tf.nn.relu(tf.matmul(x, weights) + biases)
-  with tf.compat.v1.variable_scope("logits"):
-    weights = tf.compat.v1.get_variable("weights", [8, 3])
-    biases = tf.compat.v1.get_variable("biases", [3], initializer=tf.compat.v1.zeros_initializer())
-    logits = tf.matmul(hidden, weights) + biases
-  if mode == tf.estimator.ModeKeys.PREDICT:
-    return tf.estimator.EstimatorSpec(mode, predictions={"probabilities": tf.nn.softmax(logits)})
-  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-  train_op = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
-      loss, global_step=tf.compat.v1.train.get_global_step())
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+def features_examples(rng: np.random.Generator, n: int, shape, classes: int):
+  """Noise feature vectors; class k is one larger in feature k."""
+  y = rng.integers(0, classes, size=n)
+  x = rng.normal(size=(n, *shape)) + np.eye(classes, shape[0])[y]
+  return x.astype(np.float32), y.astype(np.int32)
 
 
-def write_raw_variables(out_dir: str, tmp: str) -> None:
-  """Trains the get_variable Estimator and writes <out_dir>/raw_variables/ (model_dir, info.json)."""
-  rng = np.random.default_rng(SEED)
-  y = rng.integers(0, 3, size=TRAIN_EXAMPLES).astype(np.int32)
-  x = (rng.normal(size=(TRAIN_EXAMPLES, 16)) + np.eye(3, 16)[y]).astype(np.float32)
-  trained = os.path.join(tmp, "raw_variables")
-  estimator = tf.estimator.Estimator(raw_variables_model_fn, model_dir=trained,
-                                     config=tf.estimator.RunConfig(tf_random_seed=SEED))
-  estimator.train(train_input_fn("features", x, y), steps=STEPS)
-  fixture = os.path.join(out_dir, "raw_variables")
-  checkpoint = copy_latest_checkpoint(trained, os.path.join(fixture, "model_dir"))
-  write_json(os.path.join(fixture, "info.json"), {
-      "model_fn": "tools/make_foreign_estimators.py:raw_variables_model_fn",
-      "input": {"name": "features", "shape": [16], "dtype": "float32"}, "classes": 3,
-      "optimizer": {"class": "tf.compat.v1.train.AdamOptimizer", "config": {"learning_rate": 1e-2}},
-      "loss": "tf.compat.v1.losses.sparse_softmax_cross_entropy", "steps": STEPS,
-      "batch_size": BATCH_SIZE, "seed": SEED, "checkpoint": checkpoint,
+def frame_stats_examples(rng: np.random.Generator, n: int, shape, classes: int):
+  """Per-clip frame statistics (MFCC means, then stds); class k has a larger mean k."""
+  y = rng.integers(0, classes, size=n)
+  x = rng.normal(0.0, 1.0, size=(n, *shape))
+  x[np.arange(n), y] += 2.0
+  return x.astype(np.float32), y.astype(np.int32)
+
+
+# team_estimators.py's Estimators: input name, shape, classes, data.
+ESTIMATORS = {"layers_cnn": ("logmel", [20, 16, 1], 4, logmel_examples),
+              "raw_variables": ("features", [16], 3, features_examples),
+              "dnn_frames": ("frames", [26], 3, frame_stats_examples)}
+
+
+def estimator_predict(estimator, input_name: str, x: np.ndarray) -> np.ndarray:
+  """A model_fn or canned Estimator's `probabilities` on x, [len(x), classes]."""
+  def input_fn():
+    return tf.data.Dataset.from_tensor_slices({input_name: x}).batch(len(x))
+  return np.stack([p["probabilities"] for p in estimator.predict(input_fn)])
+
+
+def checkpoint_values(model_dir: str) -> dict:
+  """name -> value of every variable of model_dir's latest checkpoint."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def next_step(make, model_dir: str, input_name: str, step_x, step_y, x):
+  """(predictions on x, every checkpoint variable) after one more step, from a copy of model_dir."""
+  with tempfile.TemporaryDirectory() as tmp:
+    copy = os.path.join(tmp, "model_dir")
+    shutil.copytree(model_dir, copy)
+    estimator = make(model_dir=copy)  # Restores the copy's checkpoint, as a resumed job does.
+    estimator.train(lambda: tf.data.Dataset.from_tensors(({input_name: step_x}, step_y)),
+                    steps=1)
+    return estimator_predict(estimator, input_name, x), checkpoint_values(copy)
+
+
+def write_estimator_fixture(name: str, out_dir: str, tmp: str) -> None:
+  """Trains team_estimators.<name> (no Keras model) and writes <out_dir>/<name>/.
+
+  Its parity.npz also holds `next/<variable>`: every checkpoint variable after
+  the one more step, what the migrated model's next step is compared with.
+  """
+  import team_estimators  # pylint: disable=g-import-not-at-top
+  from audioclf.migration import legacy_estimator  # pylint: disable=g-import-not-at-top
+  make = getattr(team_estimators, name)
+  input_name, shape, classes, examples = ESTIMATORS[name]
+  rng = np.random.default_rng(SEED)  # Training data, the fixed batch, the next-step batch.
+  train_x, train_y = examples(rng, TRAIN_EXAMPLES, shape, classes)
+  x, _ = examples(rng, PARITY_EXAMPLES, shape, classes)
+  step_x, step_y = examples(rng, BATCH_SIZE, shape, classes)
+  trained = os.path.join(tmp, name)
+  estimator = make(model_dir=trained)
+  estimator.train(train_input_fn(input_name, train_x, train_y), steps=STEPS)
+  model_dir = os.path.join(out_dir, name, "model_dir")
+  checkpoint = copy_latest_checkpoint(trained, model_dir)
+  next_probabilities, next_values = next_step(make, model_dir, input_name, step_x, step_y, x)
+  save_npz(os.path.join(out_dir, name, "parity.npz"), {
+      f"x_{input_name}": x, "probabilities": estimator_predict(estimator, input_name, x),
+      "step": np.int64(estimator.get_variable_value("global_step")),
+      f"step_x_{input_name}": step_x, "step_y": step_y,
+      "next_probabilities": next_probabilities,
+      **{f"next/{key}": value for key, value in next_values.items()}})
+  canned = type(estimator).__name__ in legacy_estimator.CANNED
+  write_json(os.path.join(out_dir, name, "info.json"), {
+      "estimator": f"team_estimators:{name}",
+      "input": {"name": input_name, "shape": shape, "dtype": "float32"}, "classes": classes,
+      "constructor": legacy_estimator.describe(f"team_estimators:{name}") if canned else None,
+      "steps": STEPS, "batch_size": BATCH_SIZE, "seed": SEED, "checkpoint": checkpoint,
       "checkpoint_format": "name-based (tf.compat.v1.train.Saver, the Estimator's own)",
-      "written_by": written_by(),
-      "variables": checkpoint_variables(os.path.join(fixture, "model_dir"))})
+      "written_by": written_by(), "variables": checkpoint_variables(model_dir)})
 
 
 def main():
@@ -282,13 +323,14 @@ def main():
              ".venv-legacy/bin/python (TensorFlow 2.15, Keras 2)")
   tf.get_logger().setLevel("ERROR")  # The Estimator's INFO lines, one per hook and step.
   os.makedirs(args.out_dir, exist_ok=True)
-  names = [path.split(":")[1] for path in BUILDERS] + ["raw_variables"]
+  names = [path.split(":")[1] for path in BUILDERS] + list(ESTIMATORS)
   for name in names:  # Only the fixtures: the builders and README live beside them.
     shutil.rmtree(os.path.join(args.out_dir, name), ignore_errors=True)
   with tempfile.TemporaryDirectory() as tmp:
     for path in BUILDERS:
       write_fixture(path, args.out_dir, tmp)
-    write_raw_variables(args.out_dir, tmp)
+    for name in ESTIMATORS:
+      write_estimator_fixture(name, args.out_dir, tmp)
   for name in names:
     folder = os.path.join(args.out_dir, name)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
