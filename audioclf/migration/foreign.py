@@ -35,6 +35,7 @@ from audioclf import compat
 from audioclf.compat import keras
 from audioclf.data import manifest as manifest_lib
 from audioclf.migration.alignment import MAPPING_HELP, read_mapping
+from audioclf.migration import names
 from audioclf.migration.checkpoint import LegacyCheckpoint, MigrationError, find_checkpoint
 from audioclf.migration.optimizer import (
   carry_builders_optimizer,
@@ -60,7 +61,8 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
                       model_args: Union[ModelArgs, dict, str] = ModelArgs(),
                       mapping: Union[None, str, dict[str, Optional[int]]] = None,
                       carry_optimizer_state: bool = True,
-                      params: Optional[Params] = None) -> dict[str, Any]:
+                      params: Optional[Params] = None,
+                      estimator: Optional[str] = None) -> dict[str, Any]:
   """Writes to_model_dir: the Estimator in from_model_dir, as the team's builder builds it on Keras 3.
 
   Args:
@@ -76,6 +78,9 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     params: with a data source (data_dir or manifest), sample_rate and
       clip_seconds: also write a model_dir audioclf trains on, its labels from
       the data; its other fields (batch_size...) go into its params.json.
+    estimator: the team's function returning its Estimator (module:function);
+      for a name-based checkpoint (a model_fn's or a canned Estimator's),
+      which named.migrate_named carries instead.
 
   Returns:
     The record, also in to_model_dir/migration.json: from_model_dir,
@@ -92,9 +97,13 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     ParamError: with params, a model that does not take a clip of raw audio or
       give one probability per label.
   """
-  _check_folders(from_model_dir, to_model_dir)
+  check_folders(from_model_dir, to_model_dir)
+  if names.is_name_based(find_checkpoint(from_model_dir)):
+    from audioclf.migration import named  # pylint: disable=g-import-not-at-top  # It writes with this module.
+    return named.migrate_named(from_model_dir, to_model_dir, model, model_args, estimator,
+                               mapping, carry_optimizer_state)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
-  builder = _whole_model_builder(model)
+  builder = whole_model_builder(model)
   args = builder.arguments(ModelArgs(model_args))
   mapping = read_mapping(mapping) if isinstance(mapping, str) else mapping
   team, optimizer_changes, changes = _build(builder, args, legacy)
@@ -128,11 +137,11 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     audio = _audio_model_dir(team, _audio_params(params, model, args, optimizer_changes,
                                                  to_model_dir))
     record["model_dir"] = to_model_dir
-  _write(to_model_dir, team, record, audio, legacy.step)
+  write(to_model_dir, team, record, audio, legacy.step)
   return {**record, "to_model_dir": to_model_dir}
 
 
-def _whole_model_builder(model: str) -> registry.Model:
+def whole_model_builder(model: str) -> registry.Model:
   """The builder `model` names; raises MigrationError for a body's (an Estimator's model is whole)."""
   builder = registry.resolve(model)
   if builder.kind != registry.WHOLE:
@@ -160,7 +169,7 @@ def _carry_optimizer(team, legacy: LegacyCheckpoint, alignment,
   return state, missing, hyperparameter_differences(optimizer, legacy)
 
 
-def _check_folders(from_model_dir: str, to_model_dir: str) -> None:
+def check_folders(from_model_dir: str, to_model_dir: str) -> None:
   if not compat.KERAS3:
     raise MigrationError(f"audioclf migrate writes Keras 3 models: run it on "
                          f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
@@ -236,7 +245,7 @@ def _copy(targets: list, sources: list, what: str) -> None:
     target.assign(source)
 
 
-def _write(to_model_dir: str, team, record: dict[str, Any], audio: Optional[dict[str, Any]],
+def write(to_model_dir: str, team, record: dict[str, Any], audio: Optional[dict[str, Any]],
            step: int) -> None:
   """The .keras file, the record and (with data) the model_dir: whole or not at all."""
 
