@@ -62,7 +62,8 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
                       mapping: Union[None, str, dict[str, Optional[int]]] = None,
                       carry_optimizer_state: bool = True,
                       params: Optional[Params] = None,
-                      estimator: Optional[str] = None) -> dict[str, Any]:
+                      estimator: Optional[str] = None,
+                      legacy_python: Optional[str] = None) -> dict[str, Any]:
   """Writes to_model_dir: the Estimator in from_model_dir, as the team's builder builds it on Keras 3.
 
   Args:
@@ -81,6 +82,7 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     estimator: the team's function returning its Estimator (module:function);
       for a name-based checkpoint (a model_fn's or a canned Estimator's),
       which named.migrate_named carries instead.
+    legacy_python: the legacy stack's Python (named.migrate_named's).
 
   Returns:
     The record, also in to_model_dir/migration.json: from_model_dir,
@@ -101,7 +103,7 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
   if names.is_name_based(find_checkpoint(from_model_dir)):
     from audioclf.migration import named  # pylint: disable=g-import-not-at-top  # It writes with this module.
     return named.migrate_named(from_model_dir, to_model_dir, model, model_args, estimator,
-                               mapping, carry_optimizer_state)
+                               mapping, carry_optimizer_state, legacy_python)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
   builder = whole_model_builder(model)
   args = builder.arguments(ModelArgs(model_args))

@@ -61,6 +61,9 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
     legacy_python: the legacy stack's Python, to read a canned Estimator's
       arguments (default parity.legacy_python()).
 
+  The model is built after keras.backend.clear_session(), so that its layers
+  have the names a fresh process gives them, whatever this one built before.
+
   Returns:
     The record, also in to_model_dir/migration.json (foreign.py's fields;
     `variables`: checkpoint variable -> Keras 3 weight; `estimator`,
@@ -74,6 +77,8 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
   legacy = NameCheckpoint.read(find_checkpoint(from_model_dir))
   mapping = name_mapping.read_name_mapping(mapping) if isinstance(mapping, str) else mapping
   constructor, differences = None, []
+  # Layer names as a fresh process gives them (dense, dense_1), which --mapping and the table use.
+  keras.backend.clear_session()
   if model:
     builder = foreign.whole_model_builder(model)
     args, auto, desc = builder.arguments(ModelArgs(model_args)), {}, f"{model}'s model"
@@ -152,9 +157,9 @@ def _constructor(estimator: Union[str, dict], python: Optional[str]) -> dict[str
     with open(estimator) as f:
       return json.load(f)
   python = parity.the_legacy_python(
-      python, "a canned Estimator's constructor arguments need",
-      f"a .json `python -m audioclf.migration.legacy_estimator --estimator={estimator} "
-      "--describe=` wrote there", flag="--estimator")
+      python, f"--estimator={estimator}: a canned Estimator's constructor arguments come from",
+      f"--estimator=<the .json `python -m audioclf.migration.legacy_estimator "
+      f"--estimator={estimator} --describe=` wrote there>")
   with tempfile.TemporaryDirectory(prefix="audioclf-describe-") as tmp:
     out = os.path.join(tmp, "constructor.json")
     cmd = [python, "-m", "audioclf.migration.legacy_estimator", f"--estimator={estimator}",
