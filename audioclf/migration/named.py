@@ -27,7 +27,7 @@ import tempfile
 from typing import Any, Optional, Union
 
 from audioclf.compat import keras
-from audioclf.migration import canned, foreign, name_mapping, parity
+from audioclf.migration import canned, name_mapping, parity, team as team_lib
 from audioclf.migration.checkpoint import MigrationError, find_checkpoint
 from audioclf.migration.named_optimizer import carry_named_optimizer, keras3_changes
 from audioclf.migration.names import NameCheckpoint
@@ -73,14 +73,14 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
     MigrationError: see foreign.migrate_estimator; a mismatch (NameMismatch,
       both sides in the message), nothing naming the model.
   """
-  foreign.check_folders(from_model_dir, to_model_dir)
+  team_lib.check_folders(from_model_dir, to_model_dir)
   legacy = NameCheckpoint.read(find_checkpoint(from_model_dir))
   mapping = name_mapping.read_name_mapping(mapping) if isinstance(mapping, str) else mapping
   constructor, differences = None, []
   # Layer names as a fresh process gives them (dense, dense_1), which --mapping and the table use.
   keras.backend.clear_session()
   if model:
-    builder = foreign.whole_model_builder(model)
+    builder = team_lib.whole_model_builder(model)
     args, auto, desc = builder.arguments(ModelArgs(model_args)), {}, f"{model}'s model"
     team = builder.function(**args)
     if not isinstance(team, keras.Model):
@@ -121,10 +121,10 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
       "optimizer_state": state,
       "not_carried": pairs.not_carried() + missing,
       "differences": differences,
-      "keras_file": os.path.join(to_model_dir, foreign.KERAS_FILE),
+      "keras_file": os.path.join(to_model_dir, team_lib.KERAS_FILE),
       "model_dir": None,
   }
-  foreign.write(to_model_dir, team, record, None, legacy.step)
+  team_lib.write(to_model_dir, team, record, None, legacy.step)
   return {**record, "to_model_dir": to_model_dir}
 
 

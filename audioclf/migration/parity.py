@@ -14,7 +14,7 @@ from audioclf.compat import keras
 from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.deploy import predict as predict_lib
-from audioclf.migration import foreign, legacy_predict
+from audioclf.migration import legacy_predict, team
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
@@ -238,9 +238,9 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   Raises:
     MigrationError: no inputs, no legacy probabilities, or either of another shape.
   """
-  with open(os.path.join(to_model_dir, foreign.RECORD_FILE)) as f:
+  with open(os.path.join(to_model_dir, team.RECORD_FILE)) as f:
     record = json.load(f)
-  model = keras.saving.load_model(os.path.join(to_model_dir, foreign.KERAS_FILE))
+  model = keras.saving.load_model(os.path.join(to_model_dir, team.KERAS_FILE))
   labels = truth = None
   if record["input"] is None:
     raise MigrationError("--report compares models of one input; the migrated model takes "
