@@ -61,6 +61,10 @@ class Fixture:
     name = self.info["estimator"].split(":")[1]
     how = {"layers_cnn": {"model": "team_rewrites:layers_cnn"},
            "raw_variables": {"model": "team_rewrites:raw_variables", "mapping": RAW_MAPPING},
+           "raw_variables_rmsprop": {"model": "team_rewrites:raw_variables",
+                                     "model_args": "optimizer=rmsprop", "mapping": RAW_MAPPING},
+           "raw_variables_adagrad": {"model": "team_rewrites:raw_variables",
+                                     "model_args": "optimizer=adagrad", "mapping": RAW_MAPPING},
            "dnn_frames": {"model": None, "estimator": self.info["constructor"]}}[name]
     return migrate_estimator(self.model_dir, str(to), **{**how, **kwargs})
 
@@ -81,7 +85,9 @@ class Fixture:
     return float(before), float(after), model
 
 
-@pytest.mark.parametrize("name", ("layers_cnn", "raw_variables", "dnn_frames"))
+# TF1 Momentum, Adam, RMSProp (momentum 0.5), Adagrad; Keras 2's Adagrad in a canned graph.
+@pytest.mark.parametrize("name", ("layers_cnn", "raw_variables", "raw_variables_rmsprop",
+                                  "raw_variables_adagrad", "dnn_frames"))
 def test_each_estimator_predicts_and_steps_as_itself(name, tmp_path):
   fixture = Fixture(name)
   record = fixture.migrate(tmp_path / "carried")
@@ -110,6 +116,7 @@ def test_every_checkpoint_variable_has_a_weight(tmp_path):
     assert len(record["variables"]) == record["weights"] == count
     assert None not in record["variables"].values()
   assert record["variables"]["dnn/logits/kernel"] == "dnn_logits/kernel"
+  assert record["legacy_optimizer"] == "Adagrad" and record["optimizer"] == "Adagrad"
   assert record["constructor"]["dnn"]["hidden_units"] == [16, 8]
 
 

@@ -251,6 +251,8 @@ def frame_stats_examples(rng: np.random.Generator, n: int, shape, classes: int):
 # team_estimators.py's Estimators: input name, shape, classes, data.
 ESTIMATORS = {"layers_cnn": ("logmel", [20, 16, 1], 4, logmel_examples),
               "raw_variables": ("features", [16], 3, features_examples),
+              "raw_variables_rmsprop": ("features", [16], 3, features_examples),
+              "raw_variables_adagrad": ("features", [16], 3, features_examples),
               "dnn_frames": ("frames", [26], 3, frame_stats_examples)}
 
 
