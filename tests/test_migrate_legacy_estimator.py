@@ -14,7 +14,7 @@ from conftest import FOREIGN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME_BASED = ("layers_cnn", "raw_variables", "raw_variables_rmsprop", "raw_variables_adagrad",
-              "dnn_frames")
+              "dnn_frames", "wide_deep_frames")
 
 
 @pytest.fixture

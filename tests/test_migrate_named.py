@@ -53,8 +53,9 @@ class Fixture:
       self.info = json.load(f)
     with np.load(self.parity_file) as saved:
       self.parity = dict(saved)
-    name = self.info["input"]["name"]
-    self.x, self.step_x = self.parity[f"x_{name}"], self.parity[f"step_x_{name}"]
+    if "input" in self.info:
+      name = self.info["input"]["name"]
+      self.x, self.step_x = self.parity[f"x_{name}"], self.parity[f"step_x_{name}"]
 
   def migrate(self, to, **kwargs):
     """migrate_estimator as the docs run it: the rewrite (and mapping) or the constructor."""
@@ -200,6 +201,28 @@ def _run(args):
       p for p in (ROOT, FOREIGN, os.environ.get("PYTHONPATH")) if p))
   return warm.run([sys.executable, "-m", "audioclf", "migrate", *args], cwd=ROOT, env=env,
                   capture_output=True, text=True, timeout=600)
+
+
+def test_a_wide_and_deep_classifier_of_two_columns_predicts_as_itself(tmp_path):
+  """DNNLinearCombinedClassifier: both parts, both columns; Keras 3 trains on with one optimizer."""
+  fixture = Fixture("wide_deep_frames")
+  record = migrate_estimator(fixture.model_dir, str(tmp_path / "to"), None,
+                             estimator=fixture.info["constructor"])
+  assert record["input"] is None and record["optimizer"] == "Adagrad"
+  assert record["variables"]["linear/linear_model/bias_weights"] == "linear_energy/bias"
+  assert record["not_carried"] == ["the legacy training/Ftrl's slots: Keras 3 trains one optimizer"]
+  assert any("the linear part trained with Ftrl" in s for s in record["differences"])
+  model = keras.saving.load_model(str(tmp_path / "to" / KERAS_FILE))
+  features = {k: fixture.parity[f"x_{k}"] for k in ("frames", "energy")}
+  assert np.max(np.abs(model.predict_on_batch(features) - fixture.parity["probabilities"])) <= (
+      TOLERANCE)
+  # The DNN's next step is the Estimator's (the linear part's Ftrl is not carried).
+  model.train_on_batch({k: fixture.parity[f"step_x_{k}"] for k in features},
+                       fixture.parity["step_y"])
+  weights = {v.path: v.numpy() for v in model.weights}
+  for name, path in record["variables"].items():
+    if name.startswith("dnn/"):
+      assert np.max(np.abs(weights[path] - fixture.parity[f"next/{name}"])) <= TOLERANCE, name
 
 
 @pytest.mark.slow

@@ -25,10 +25,6 @@ from audioclf.compat import keras
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.migration.names import NameCheckpoint
 
-# Keras 3's arguments of the saved Keras 2 hyperparameters, where the names differ.
-_ARGUMENTS = {"l1_regularization_strength": "l1_regularization_strength",
-              "l2_regularization_strength": "l2_regularization_strength"}
-
 
 def build(description: dict[str, Any], legacy: NameCheckpoint
           ) -> tuple[Any, dict[str, str], list[str]]:
@@ -116,7 +112,8 @@ def _optimizer(name: str, legacy: NameCheckpoint) -> tuple[Any, list[str]]:
     raise MigrationError(f"the Estimator's optimizer {name!r} has no Keras 3 class of that name")
   saved = dict(legacy.hyperparameters) if legacy.optimizer == name else {}
   accepted = set(cls().get_config())
-  arguments = {_ARGUMENTS.get(k, k): v for k, v in saved.items() if _ARGUMENTS.get(k, k) in accepted}
+  # Keras 2 saved them under Keras 3's argument names (learning_rate, beta_1, rho, l1_...).
+  arguments = {k: v for k, v in saved.items() if k in accepted}
   differences = []
   if saved.get("decay"):
     differences.append(f"Keras 2's decay {saved['decay']:g} has no Keras 3 argument")

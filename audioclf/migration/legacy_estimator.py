@@ -109,16 +109,17 @@ def describe(target: str) -> dict[str, Any]:
     linear = {"columns": _columns(args[f"{lin}feature_columns"], target),
               "optimizer": _optimizer_name(args[f"{lin}optimizer"]),
               "sparse_combiner": args[f"{lin}sparse_combiner"]}
-  return {"estimator": kind, "classes": int(args["head"]._n_classes),  # pylint: disable=protected-access
-          "dnn": dnn, "linear": linear}
+  classes = args["head"]._n_classes  # pylint: disable=protected-access
+  return {"estimator": kind, "classes": int(classes), "dnn": dnn, "linear": linear}
 
 
 def _columns(columns, target: str) -> list[dict[str, Any]]:
   out = []
   for column in columns or []:
-    if type(column).__name__ != "NumericColumn" or column.normalizer_fn is not None:
+    normalized = getattr(column, "normalizer_fn", None) is not None
+    if type(column).__name__ != "NumericColumn" or normalized:
       raise MigrationError(f"--estimator={target}: feature column {column.name!r} is a "
-                           f"{type(column).__name__}{' with a normalizer_fn' * bool(getattr(column, 'normalizer_fn', None))}; "
+                           f"{type(column).__name__}{' with a normalizer_fn' * normalized}; "
                            "audioclf rebuilds canned classifiers over plain numeric columns")
     out.append({"key": column.key, "shape": [int(d) for d in column.shape]})
   return out

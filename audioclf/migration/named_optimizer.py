@@ -73,8 +73,9 @@ def carry_named_optimizer(model, legacy: NameCheckpoint, pairs, slots: bool = Tr
     return "fresh", missing + ["the optimizer's slots: the checkpoint holds none"], differences
   if not slots or expected != kind:
     why = ("--nocarry_optimizer_state" if not slots else
-           f"the checkpoint's {legacy.optimizer} continues in Keras 3's "
-           f"{expected or 'no optimizer audioclf has compared'}, the model's is {kind}")
+           f"the checkpoint's {legacy.optimizer} continues in Keras 3's {expected}, the "
+           f"model's is {kind}" if expected else
+           f"audioclf has compared no Keras 3 optimizer's updates with {legacy.optimizer}'s")
     return "fresh", missing + [f"the optimizer's slots ({why}): they start fresh"], differences
   values, why = _slot_values(model, legacy, pairs)
   missing += why
