@@ -172,15 +172,29 @@ def layers_cnn_wider(*, classes: int = 4):
   model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
                 loss="sparse_categorical_crossentropy")
   return model
+
+def raw_variables_named(*, features: int = 16, classes: int = 3):
+  inputs = keras.Input(shape=(features,), name="features")
+  x = keras.layers.Dense(8, activation="relu", name="hidden")(inputs)
+  model = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax", name="logits")(x))
+  model.compile(optimizer=keras.optimizers.Adam(0.01, epsilon=1e-8),
+                loss="sparse_categorical_crossentropy")
+  return model
 '''
 
 
-def test_layers_of_a_kind_in_another_number_are_refused(tmp_path, monkeypatch):
+@pytest.fixture
+def team_variants(tmp_path, monkeypatch):
   (tmp_path / "team_variants.py").write_text(textwrap.dedent(TEAM_VARIANTS))
   monkeypatch.syspath_prepend(str(tmp_path))
   sys.modules.pop("team_variants", None)
+  yield "team_variants"
+  sys.modules.pop("team_variants", None)
+
+
+def test_layers_of_a_kind_in_another_number_are_refused(tmp_path, team_variants):
   with pytest.raises(NameMismatch) as refused:
-    Fixture("layers_cnn").migrate(tmp_path / "to", model="team_variants:layers_cnn_wider")
+    Fixture("layers_cnn").migrate(tmp_path / "to", model=f"{team_variants}:layers_cnn_wider")
   first, *table = str(refused.value).splitlines()
   assert "(11 weights, the checkpoint 9 variables); first mismatch at #5: weight dense/kernel " in (
       first)
@@ -190,10 +204,48 @@ def test_layers_of_a_kind_in_another_number_are_refused(tmp_path, monkeypatch):
   assert not (tmp_path / "to").exists()
 
 
+def test_a_regular_expression_maps_by_its_groups(tmp_path, team_variants):
+  """A rewrite whose layers carry the model_fn's scope names: two expressions map all four."""
+  fixture = Fixture("raw_variables")
+  record = fixture.migrate(tmp_path / "to", model=f"{team_variants}:raw_variables_named",
+                           mapping={r"(hidden|logits)/weights": r"\1/kernel",
+                                    r"(hidden|logits)/biases": r"\1/bias"})
+  assert record["variables"] == {"hidden/weights": "hidden/kernel", "hidden/biases": "hidden/bias",
+                                 "logits/weights": "logits/kernel", "logits/biases": "logits/bias"}
+  before, after, _ = fixture.gaps(tmp_path / "to", record)
+  assert before <= TOLERANCE and after <= TOLERANCE, (before, after)
+
+
+def test_adams_beta_powers_that_are_not_the_steps_are_named():
+  """TF1 Adam keeps beta ** t itself; Keras 3 computes it from the step, so a mismatch is said."""
+  from audioclf.migration import named_optimizer, names  # pylint: disable=import-outside-toplevel
+  from audioclf.migration.checkpoint import find_checkpoint  # pylint: disable=import-outside-toplevel
+  fixture = Fixture("raw_variables")
+  legacy = names.NameCheckpoint.read(find_checkpoint(fixture.model_dir))
+  assert legacy.optimizer == "Adam" and not legacy.keras_optimizer and legacy.step == STEPS
+  assert legacy.hyperparameters["beta1_power"] == pytest.approx(0.9 ** (STEPS + 1), rel=1e-5)
+  import team_rewrites  # pylint: disable=import-outside-toplevel
+  model = team_rewrites.raw_variables()
+  pairs = list(zip(model.weights, RAW_MAPPING))  # dense/kernel gets hidden/weights, ...
+  assert named_optimizer.carry_named_optimizer(model, legacy, pairs)[2] == []
+  legacy.hyperparameters["beta1_power"] = 0.9 ** 5
+  state, missing, differences = named_optimizer.carry_named_optimizer(model, legacy, pairs)
+  assert (state, missing) == ("carried", [])
+  assert differences == [
+      "TF1 Adam's beta1_power 0.59049 is not beta_1 0.9 ** (step 20 + 1) = 0.109419: the "
+      "optimizer ran other steps than global_step, or with another beta; Keras 3 uses its step"]
+
+
 def test_a_name_based_checkpoint_needs_a_model(tmp_path):
   with pytest.raises(MigrationError, match=r"is a name-based checkpoint \(a model_fn's or a canned "
                                            r"Estimator's\): give --model=.*--estimator="):
     migrate_estimator(Fixture("layers_cnn").model_dir, str(tmp_path / "to"), None)
+  # Without --model or --estimator, migrate takes it for audioclf's own model_dir, and says what to add.
+  from audioclf.migration.migrate import migrate  # pylint: disable=import-outside-toplevel
+  with pytest.raises(MigrationError, match=r"holds no params.json: not a model_dir audioclf "
+                                           r"trained; for an Estimator of the team's own, give "
+                                           r"--model=.* or --estimator="):
+    migrate(Fixture("layers_cnn").model_dir, str(tmp_path / "to"))
 
 
 def _run(args):

@@ -29,6 +29,7 @@ import tensorflow as tf
 from absl import app, flags
 
 from audioclf import compat
+from audioclf.compat import private
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.migration.legacy_predict import PROBABILITIES, copy_latest_checkpoint
 
@@ -76,8 +77,8 @@ def make_estimator(target: str, model_dir: Optional[str] = None):
 def describe(target: str) -> dict[str, Any]:
   """A canned classifier's constructor arguments, as canned.py builds its Keras 3 model from them.
 
-  Read from the closure of the model_fn the class made of them: the arguments
-  as the team passed them, their defaults filled in.
+  Read where the class keeps them (compat.private.canned_arguments): the
+  arguments as the team passed them, their defaults filled in.
 
   Returns:
     {"estimator": class name, "classes", "dnn": {"columns", "hidden_units",
@@ -95,7 +96,10 @@ def describe(target: str) -> dict[str, Any]:
     raise MigrationError(f"--estimator={target} returned a {type(estimator).__name__}: audioclf "
                          f"rebuilds {', '.join(CANNED.values())} (give a model_fn Estimator's "
                          "Keras 3 rewrite with --model)")
-  args = inspect.getclosurevars(estimator._model_fn).nonlocals  # pylint: disable=protected-access
+  args = private.canned_arguments(estimator)
+  if not args:
+    raise MigrationError(f"--estimator={target}: this TensorFlow's {kind} keeps its constructor "
+                         "arguments where audioclf cannot read them")
   prefix = "dnn_" if kind == "DNNLinearCombinedClassifier" else ""
   dnn = linear = None
   if kind != "LinearClassifier":
@@ -109,8 +113,10 @@ def describe(target: str) -> dict[str, Any]:
     linear = {"columns": _columns(args[f"{lin}feature_columns"], target),
               "optimizer": _optimizer_name(args[f"{lin}optimizer"]),
               "sparse_combiner": args[f"{lin}sparse_combiner"]}
-  classes = args["head"]._n_classes  # pylint: disable=protected-access
-  return {"estimator": kind, "classes": int(classes), "dnn": dnn, "linear": linear}
+  # A multi-class head has a logit per class; a binary one has one (refused by canned.py).
+  classes = args["head"].logits_dimension
+  return {"estimator": kind, "classes": int(classes) if classes > 1 else 2, "dnn": dnn,
+          "linear": linear}
 
 
 def _columns(columns, target: str) -> list[dict[str, Any]]:

@@ -46,6 +46,9 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
                   legacy_python: Optional[str] = None) -> dict[str, Any]:
   """Writes to_model_dir: the name-based Estimator of from_model_dir as a Keras 3 model.
 
+  The model is built after keras.backend.clear_session(), so that its layers
+  have the names a fresh process gives them, whatever this one built before.
+
   Args:
     from_model_dir: the Estimator's model_dir.
     to_model_dir: a folder that does not exist yet, or is empty.
@@ -60,9 +63,6 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
     carry_optimizer_state: False leaves the slots fresh (at the carried step).
     legacy_python: the legacy stack's Python, to read a canned Estimator's
       arguments (default parity.legacy_python()).
-
-  The model is built after keras.backend.clear_session(), so that its layers
-  have the names a fresh process gives them, whatever this one built before.
 
   Returns:
     The record, also in to_model_dir/migration.json (foreign.py's fields;
@@ -108,7 +108,9 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
       "checkpoint": os.path.basename(legacy.path),
       "steps": legacy.step,
       "builder": model,
-      "estimator": estimator if isinstance(estimator, str) else None,
+      # The function --report runs on the legacy stack; none where only its arguments were given.
+      "estimator": estimator if isinstance(estimator, str) and ":" in estimator
+                   and not estimator.endswith(".json") else None,
       "constructor": constructor,
       "model_args": dict(args),
       "input": canned.input_record(team),
