@@ -16,13 +16,16 @@ by the model's input name). It keeps, in <out_dir>/<builder>/:
   info.json    builder, input, classes, optimizer and its config, loss, steps, the TF and
                Keras that wrote it, and the checkpoint's variables (name, shape, dtype)
 
-and a fourth, raw_variables/: an Estimator whose own model_fn makes its
-variables with tf.compat.v1.get_variable (no Keras model), which a migration
-must refuse; it has model_dir/ and info.json only.
+and, for each function of team_estimators.py (Estimators of no Keras model: a
+model_fn of tf.compat.v1.layers, one of get_variable's under three TF1
+optimizers, a canned DNNClassifier), the same folder, trained with that
+function's Estimator: its checkpoint is name-based; its parity.npz also holds
+next/<variable>, every variable after the one more step; its info.json names
+the function and, for the canned one, its constructor arguments.
 
 Rerunning with the same seeds writes the same bytes (TF's CPU kernels here run
 the same arithmetic each time, and parity.npz gets fixed zip timestamps);
-tools/check_foreign_fixtures.py --remake checks that. About 250 KB in all, most
+tools/check_foreign_fixtures.py --remake checks that. About 330 KB in all, most
 of it raw_conv's parity.npz (16 waveforms of 4000 samples).
 """
 
@@ -43,6 +46,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES_DIR = os.path.join(ROOT, "tests", "fixtures", "foreign")
 sys.path.insert(0, FIXTURES_DIR)  # As a team runs it: its module on PYTHONPATH, not a package.
+sys.path.insert(1, ROOT)  # audioclf's reading of a canned Estimator's arguments, for info.json.
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import numpy as np
 import tensorflow as tf
@@ -98,10 +102,10 @@ def load_builder(path: str):
   return getattr(importlib.import_module(module), name)
 
 
-def train_input_fn(input_name: str, x: np.ndarray, y: np.ndarray):
+def train_input_fn(features: dict, y: np.ndarray):
   """The team's input_fn: shuffled batches of (features dict, labels), forever."""
   def input_fn():
-    dataset = tf.data.Dataset.from_tensor_slices(({input_name: x}, y))
+    dataset = tf.data.Dataset.from_tensor_slices((features, y))
     # Shuffle examples before batching, so each batch mixes classes; a fixed seed
     # so a rerun trains on the same batches; repeat last, so train(steps=) ends it.
     return dataset.shuffle(len(y), seed=SEED).batch(BATCH_SIZE).repeat()
@@ -212,7 +216,7 @@ def write_fixture(builder_path: str, out_dir: str, tmp: str) -> None:
 
   trained = os.path.join(tmp, name)
   estimator = make_estimator(model, trained)
-  estimator.train(train_input_fn(input_name, train_x, train_y), steps=STEPS)
+  estimator.train(train_input_fn({input_name: train_x}, train_y), steps=STEPS)
   fixture = os.path.join(out_dir, name)
   checkpoint = copy_latest_checkpoint(trained, os.path.join(fixture, "model_dir"))
   model_dir = os.path.join(fixture, "model_dir")
@@ -232,45 +236,102 @@ def write_fixture(builder_path: str, out_dir: str, tmp: str) -> None:
       "variables": checkpoint_variables(model_dir)})
 
 
-def raw_variables_model_fn(features, labels, mode):
-  """A team's hand-written model_fn: a one-hidden-layer net of get_variable's, Adam (TF1)."""
-  x = features["features"]
-  with tf.compat.v1.variable_scope("hidden"):
-    weights = tf.compat.v1.get_variable("weights", [x.shape[-1], 8])
-    biases = tf.compat.v1.get_variable("biases", [8], initializer=tf.compat.v1.zeros_initializer())
-    hidden = tf.nn.relu(tf.matmul(x, weights) + biases)
-  with tf.compat.v1.variable_scope("logits"):
-    weights = tf.compat.v1.get_variable("weights", [8, 3])
-    biases = tf.compat.v1.get_variable("biases", [3], initializer=tf.compat.v1.zeros_initializer())
-    logits = tf.matmul(hidden, weights) + biases
-  if mode == tf.estimator.ModeKeys.PREDICT:
-    return tf.estimator.EstimatorSpec(mode, predictions={"probabilities": tf.nn.softmax(logits)})
-  loss = tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)
-  train_op = tf.compat.v1.train.AdamOptimizer(1e-2).minimize(
-      loss, global_step=tf.compat.v1.train.get_global_step())
-  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+def features_examples(rng: np.random.Generator, n: int, shape, classes: int):
+  """Noise feature vectors; class k is one larger in feature k."""
+  y = rng.integers(0, classes, size=n)
+  x = rng.normal(size=(n, *shape)) + np.eye(classes, shape[0])[y]
+  return x.astype(np.float32), y.astype(np.int32)
 
 
-def write_raw_variables(out_dir: str, tmp: str) -> None:
-  """Trains the get_variable Estimator and writes <out_dir>/raw_variables/ (model_dir, info.json)."""
-  rng = np.random.default_rng(SEED)
-  y = rng.integers(0, 3, size=TRAIN_EXAMPLES).astype(np.int32)
-  x = (rng.normal(size=(TRAIN_EXAMPLES, 16)) + np.eye(3, 16)[y]).astype(np.float32)
-  trained = os.path.join(tmp, "raw_variables")
-  estimator = tf.estimator.Estimator(raw_variables_model_fn, model_dir=trained,
-                                     config=tf.estimator.RunConfig(tf_random_seed=SEED))
-  estimator.train(train_input_fn("features", x, y), steps=STEPS)
-  fixture = os.path.join(out_dir, "raw_variables")
-  checkpoint = copy_latest_checkpoint(trained, os.path.join(fixture, "model_dir"))
-  write_json(os.path.join(fixture, "info.json"), {
-      "model_fn": "tools/make_foreign_estimators.py:raw_variables_model_fn",
-      "input": {"name": "features", "shape": [16], "dtype": "float32"}, "classes": 3,
-      "optimizer": {"class": "tf.compat.v1.train.AdamOptimizer", "config": {"learning_rate": 1e-2}},
-      "loss": "tf.compat.v1.losses.sparse_softmax_cross_entropy", "steps": STEPS,
-      "batch_size": BATCH_SIZE, "seed": SEED, "checkpoint": checkpoint,
+def frame_stats_examples(rng: np.random.Generator, n: int, shape, classes: int):
+  """Per-clip frame statistics (MFCC means, then stds); class k has a larger mean k."""
+  y = rng.integers(0, classes, size=n)
+  x = rng.normal(0.0, 1.0, size=(n, *shape))
+  x[np.arange(n), y] += 2.0
+  return x.astype(np.float32), y.astype(np.int32)
+
+
+# team_estimators.py's Estimators: their features' shapes, classes, data (several 1-D features
+# are drawn as one vector and split in this order).
+ESTIMATORS = {"layers_cnn": ({"logmel": [20, 16, 1]}, 4, logmel_examples),
+              "raw_variables": ({"features": [16]}, 3, features_examples),
+              "raw_variables_rmsprop": ({"features": [16]}, 3, features_examples),
+              "raw_variables_adagrad": ({"features": [16]}, 3, features_examples),
+              "dnn_frames": ({"frames": [26]}, 3, frame_stats_examples),
+              "wide_deep_frames": ({"frames": [26], "energy": [2]}, 3, frame_stats_examples)}
+
+
+def split(x: np.ndarray, shapes: dict) -> dict:
+  """x as the features dict: the one feature, or 1-D features cut from x in order."""
+  if len(shapes) == 1:
+    return {next(iter(shapes)): x}
+  ends = np.cumsum([shape[0] for shape in shapes.values()])
+  return dict(zip(shapes, np.split(x, ends[:-1], axis=-1)))
+
+
+def estimator_predict(estimator, features: dict) -> np.ndarray:
+  """A model_fn or canned Estimator's `probabilities` on the features, [examples, classes]."""
+  def input_fn():
+    return tf.data.Dataset.from_tensor_slices(features).batch(PARITY_EXAMPLES)
+  return np.stack([p["probabilities"] for p in estimator.predict(input_fn)])
+
+
+def checkpoint_values(model_dir: str) -> dict:
+  """name -> value of every variable of model_dir's latest checkpoint."""
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def next_step(make, model_dir: str, step_features: dict, step_y, features: dict):
+  """(predictions on features, every checkpoint variable) after one more step, from a copy of model_dir."""
+  with tempfile.TemporaryDirectory() as tmp:
+    copy = os.path.join(tmp, "model_dir")
+    shutil.copytree(model_dir, copy)
+    estimator = make(model_dir=copy)  # Restores the copy's checkpoint, as a resumed job does.
+    estimator.train(lambda: tf.data.Dataset.from_tensors((step_features, step_y)), steps=1)
+    return estimator_predict(estimator, features), checkpoint_values(copy)
+
+
+def write_estimator_fixture(name: str, out_dir: str, tmp: str) -> None:
+  """Trains team_estimators.<name> (no Keras model) and writes <out_dir>/<name>/.
+
+  Its parity.npz also holds `next/<variable>`: every checkpoint variable after
+  the one more step, what the migrated model's next step is compared with.
+  """
+  import team_estimators  # pylint: disable=g-import-not-at-top
+  from audioclf.migration import legacy_estimator  # pylint: disable=g-import-not-at-top
+  make = getattr(team_estimators, name)
+  shapes, classes, examples = ESTIMATORS[name]
+  shape = [sum(s[0] for s in shapes.values())] if len(shapes) > 1 else next(iter(shapes.values()))
+  rng = np.random.default_rng(SEED)  # Training data, the fixed batch, the next-step batch.
+  train_x, train_y = examples(rng, TRAIN_EXAMPLES, shape, classes)
+  x, _ = examples(rng, PARITY_EXAMPLES, shape, classes)
+  step_x, step_y = examples(rng, BATCH_SIZE, shape, classes)
+  features, step_features = split(x, shapes), split(step_x, shapes)
+  trained = os.path.join(tmp, name)
+  estimator = make(model_dir=trained)
+  estimator.train(train_input_fn(split(train_x, shapes), train_y), steps=STEPS)
+  model_dir = os.path.join(out_dir, name, "model_dir")
+  checkpoint = copy_latest_checkpoint(trained, model_dir)
+  next_probabilities, next_values = next_step(make, model_dir, step_features, step_y, features)
+  save_npz(os.path.join(out_dir, name, "parity.npz"), {
+      **{f"x_{k}": v for k, v in features.items()},
+      "probabilities": estimator_predict(estimator, features),
+      "step": np.int64(estimator.get_variable_value("global_step")),
+      **{f"step_x_{k}": v for k, v in step_features.items()}, "step_y": step_y,
+      "next_probabilities": next_probabilities,
+      **{f"next/{key}": value for key, value in next_values.items()}})
+  canned = type(estimator).__name__ in legacy_estimator.CANNED
+  constructor = legacy_estimator.describe(f"team_estimators:{name}") if canned else None
+  write_json(os.path.join(out_dir, name, "info.json"), {
+      "estimator": f"team_estimators:{name}",
+      **({"input": {"name": next(iter(shapes)), "shape": shape, "dtype": "float32"}}
+         if len(shapes) == 1 else {"inputs": {k: {"shape": v, "dtype": "float32"}
+                                              for k, v in shapes.items()}}),
+      "classes": classes, "constructor": constructor,
+      "steps": STEPS, "batch_size": BATCH_SIZE, "seed": SEED, "checkpoint": checkpoint,
       "checkpoint_format": "name-based (tf.compat.v1.train.Saver, the Estimator's own)",
-      "written_by": written_by(),
-      "variables": checkpoint_variables(os.path.join(fixture, "model_dir"))})
+      "written_by": written_by(), "variables": checkpoint_variables(model_dir)})
 
 
 def main():
@@ -282,13 +343,14 @@ def main():
              ".venv-legacy/bin/python (TensorFlow 2.15, Keras 2)")
   tf.get_logger().setLevel("ERROR")  # The Estimator's INFO lines, one per hook and step.
   os.makedirs(args.out_dir, exist_ok=True)
-  names = [path.split(":")[1] for path in BUILDERS] + ["raw_variables"]
+  names = [path.split(":")[1] for path in BUILDERS] + list(ESTIMATORS)
   for name in names:  # Only the fixtures: the builders and README live beside them.
     shutil.rmtree(os.path.join(args.out_dir, name), ignore_errors=True)
   with tempfile.TemporaryDirectory() as tmp:
     for path in BUILDERS:
       write_fixture(path, args.out_dir, tmp)
-    write_raw_variables(args.out_dir, tmp)
+    for name in ESTIMATORS:
+      write_estimator_fixture(name, args.out_dir, tmp)
   for name in names:
     folder = os.path.join(args.out_dir, name)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)

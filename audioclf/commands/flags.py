@@ -150,7 +150,13 @@ def define_migrate_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
       ("to_model_dir", "The new, empty model_dir for the current stack (Keras 3)."),
       ("mapping", "With --model: a .json of Keras 3 layer name -> \"layer_with_weights-<i>\" "
                   "(or null: left as built), where the builder's layers do not line up with "
-                  "the checkpoint's (migrate then prints both sides)."),
+                  "the checkpoint's (migrate then prints both sides); for a name-based "
+                  "checkpoint, checkpoint variable (or regex) -> \"<layer>/<weight>\" (or null)."),
+      ("estimator", "An Estimator of no Keras model (a model_fn's, a canned classifier's): the "
+                    "module:function of the team's code returning it, given model_dir= (run on "
+                    "the legacy stack for --report, and for a canned one's constructor "
+                    "arguments, or the .json `audioclf.migration.legacy_estimator --describe` "
+                    "wrote there)."),
       ("report_inputs", "--report, with --model: an .npz of the inputs to compare on, keyed by "
                         "the model's input name (or x_<name>); a raw-audio model with "
                         "--data_dir uses the --split's clips instead."),

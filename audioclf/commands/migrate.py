@@ -4,10 +4,15 @@
   PYTHONPATH=<their code> python -m audioclf migrate --from_model_dir=<their estimator dir> \\
       --model=team_models:raw_conv --to_model_dir=runs/raw_conv-keras3 [--mapping=map.json] \\
       [--data_dir=... --sample_rate=16000 --clip_seconds=0.25] [--report [--report_inputs=x.npz]]
+  PYTHONPATH=<their code> python -m audioclf migrate --from_model_dir=<a model_fn's or canned
+      Estimator's dir> [--model=<its Keras 3 rewrite>] --estimator=<module:function returning
+      it> --to_model_dir=... [--mapping=map.json] [--report --report_inputs=x.npz]
 
 Without --model, a model_dir audioclf trained (its params.json says the
 model); with --model, an Estimator a team's own code built with
-model_to_estimator, the model rebuilt by their builder (docs/migration.md).
+model_to_estimator, the model rebuilt by their builder; with --estimator (and
+--model for a model_fn's Keras 3 rewrite), an Estimator of no Keras model,
+whose checkpoint is name-based (docs/migration.md).
 What it carries, and how, is in audioclf.migration: of a model_dir, the
 latest checkpoint, which training resumes from, and the best one where the
 run kept it (--keep_best), which evaluate, predict and export then take.
@@ -37,11 +42,13 @@ def _team_estimator() -> dict[str, Any]:
   from audioclf.migration.foreign import migrate_estimator
   # pylint: enable=g-import-not-at-top
   params = command_flags.params_from_flags()
-  result = migrate_estimator(FLAGS.from_model_dir, FLAGS.to_model_dir, params.model,
+  result = migrate_estimator(FLAGS.from_model_dir, FLAGS.to_model_dir,
+                             params.model if FLAGS["model"].present else None,
                              params.model_args, FLAGS.mapping, FLAGS.carry_optimizer_state,
-                             params)
+                             params, FLAGS.estimator, FLAGS.legacy_python)
   _say("differs", result["differences"])
-  if result["model_dir"] is None and len(result["input"]["shape"]) == 1:
+  if result["model_dir"] is None and result["input"] and len(result["input"]["shape"]) == 1 and (
+      result.get("variables") is None):
     _say("note", [f"{params.model}'s model takes raw audio {result['input']['shape']}: add "
                   "--data_dir (or --manifest), --sample_rate and --clip_seconds for a model_dir "
                   "audioclf trains on"])
@@ -79,8 +86,9 @@ def main(argv: Sequence[str]) -> None:
   from audioclf.migration import parity
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
-  # --model (a Params flag, default cnn) given says whose model: else params.json's.
-  result = _team_estimator() if FLAGS["model"].present else _own_model_dir()
+  # --model (a Params flag, default cnn) or --estimator given says whose model: else params.json's.
+  team = FLAGS["model"].present or FLAGS.estimator
+  result = _team_estimator() if team else _own_model_dir()
   _say("not carried", result["not_carried"])
   if "report" in result:
     print(parity.report_table(result["report"]), flush=True)

@@ -48,6 +48,13 @@ def _model_train_counter():
   return vars(model)["_train_counter"]
 
 
+def _canned_model_fn():
+  import tempfile  # pylint: disable=g-import-not-at-top
+  estimator = tf.estimator.DNNClassifier([2], [tf.feature_column.numeric_column("x")],
+                                         n_classes=3, model_dir=tempfile.mkdtemp())
+  return vars(estimator)["_model_fn"]
+
+
 BOTH = (LEGACY_STACK, CURRENT_STACK)
 SYMBOLS = (
     Symbol("keras", "Model._symbolic_build", (CURRENT_STACK,),
@@ -86,6 +93,9 @@ SYMBOLS = (
            "the dispatcher's status line: how many workers registered"),
     Symbol("tensorflow.data.experimental.service", "WorkerServer._num_tasks", BOTH,
            "the worker's status line: how many tasks it runs"),
+    Symbol("tensorflow.estimator", "DNNClassifier()._model_fn", (LEGACY_STACK,),
+           "read a canned Estimator's constructor arguments (migrate --estimator), which it "
+           "keeps only in the model_fn it made of them", probe=_canned_model_fn),
 )
 
 
@@ -97,6 +107,20 @@ def resolve(symbol: Symbol) -> Any:
   for part in symbol.name.split("."):
     value = getattr(value, part)
   return value
+
+
+# --- A canned Estimator's constructor arguments (migration.legacy_estimator.describe).
+
+
+def canned_arguments(estimator) -> Optional[dict[str, Any]]:
+  """The arguments a canned Estimator was made with, by name; None where its model_fn hides them.
+
+  The canned classes keep them nowhere but in the closure of the model_fn
+  they make (hidden_units, feature_columns, activation_fn, optimizer, head...).
+  """
+  import inspect  # pylint: disable=g-import-not-at-top
+  model_fn = vars(estimator).get("_model_fn")
+  return inspect.getclosurevars(model_fn).nonlocals if callable(model_fn) else None
 
 
 # --- Keras 3 under several replicas (compat.training.fit_under).

@@ -52,9 +52,18 @@ builds it on Keras 3, the layers are paired by order or by a mapping file
 into the builder's own optimizer (Adam's m, v; RMSprop's rms, its epsilon
 squared where Keras 2 added it outside the square root; SGD's momentum), and
 the result is a `model.keras` that plain Keras loads, plus, for a model of
-one raw-audio input, a model_dir audioclf trains on. A checkpoint of no Keras
-model (a model_fn's own variables) is refused in one line saying what it
-holds. docs/migration.md has the commands.
+one raw-audio input, a model_dir audioclf trains on.
+
+An Estimator of no Keras model (a model_fn of tf.compat.v1.layers or
+get_variable's, or a canned DNN, Linear or DNNLinearCombined classifier)
+saves a name-based checkpoint (`dense/kernel`, `dnn/hiddenlayer_0/kernel`,
+`<var>/Adam`, `global_step`): named.py carries it into the team's Keras 3
+rewrite (--model) or the Keras 3 model audioclf builds from a canned
+classifier's constructor arguments (--estimator), each variable to one
+weight by kind and order or by a mapping, refusing anything ambiguous with
+both sides shown; the step and the TF1 optimizer's slots go into the Keras 3
+optimizer. --estimator also names what --report runs on the legacy stack.
+docs/migration.md has the commands.
 
   checkpoint.py      what a legacy checkpoint holds, read without Keras 2
   alignment.py       which Keras 3 layer gets which layer_with_weights-<i>; the mismatch table
@@ -62,6 +71,13 @@ holds. docs/migration.md has the commands.
   optimizer.py       the optimizer's step and slots (and a builder's optimizer's arguments)
   migrate.py         migrate(): audioclf's own model_dir, written whole or not at all
   foreign.py         migrate_estimator(): a team's Estimator, by its builder
+  team.py            what both roads of a team's Estimator share: builder, folders, writing
+  names.py           what a name-based checkpoint holds: variables, slots, step
+  name_mapping.py    which Keras 3 weight gets which checkpoint variable; the mismatch table
+  named_optimizer.py the step and TF1 (or in-graph Keras 2) slots into Keras 3's optimizer
+  canned.py          a canned classifier's Keras 3 model, from its constructor arguments
+  named.py           migrate_named(): an Estimator of no Keras model
   parity.py          --report: both models on the same held-out clips or inputs
   legacy_predict.py  a team's Estimator's own probabilities (runs on the legacy stack)
+  legacy_estimator.py  the team's --estimator there: its probabilities, a canned one's arguments
 """

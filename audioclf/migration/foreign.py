@@ -25,31 +25,33 @@ named). What comes out, in to_model_dir:
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional, Union
-
-import tensorflow as tf
 
 from audioclf import compat
 from audioclf.compat import keras
 from audioclf.data import manifest as manifest_lib
 from audioclf.migration.alignment import MAPPING_HELP, read_mapping
+from audioclf.migration import named, names
 from audioclf.migration.checkpoint import LegacyCheckpoint, MigrationError, find_checkpoint
 from audioclf.migration.optimizer import (
   carry_builders_optimizer,
   hyperparameter_differences,
   keras3_arguments,
 )
+# RECORD_FILE too: callers name the files from here.
+from audioclf.migration.team import (  # pylint: disable=unused-import
+  KERAS_FILE,
+  RECORD_FILE,
+  check_folders,
+  whole_model_builder,
+  write,
+)
 from audioclf.migration.weights import assign_weights
 from audioclf.model import build as models
-from audioclf.model import model_dir as model_dir_lib
 from audioclf.model import registry
-from audioclf.params import BUILDERS_OPTIMIZER, ModelArgs, ParamError, Params, to_flagfile
+from audioclf.params import BUILDERS_OPTIMIZER, ModelArgs, ParamError, Params
 
-KERAS_FILE = "model.keras"
-RECORD_FILE = "migration.json"
-TRAIN_FLAGS = "train.flags"
 BATCH_NORM_NOTE = (
     "BatchNormalization's moving variance: the Estimator's fused kernel averaged in the "
     "unbiased batch variance, Keras 3 averages the biased one (2.7e-6 apart after one step on "
@@ -60,7 +62,9 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
                       model_args: Union[ModelArgs, dict, str] = ModelArgs(),
                       mapping: Union[None, str, dict[str, Optional[int]]] = None,
                       carry_optimizer_state: bool = True,
-                      params: Optional[Params] = None) -> dict[str, Any]:
+                      params: Optional[Params] = None,
+                      estimator: Optional[str] = None,
+                      legacy_python: Optional[str] = None) -> dict[str, Any]:
   """Writes to_model_dir: the Estimator in from_model_dir, as the team's builder builds it on Keras 3.
 
   Args:
@@ -76,6 +80,10 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     params: with a data source (data_dir or manifest), sample_rate and
       clip_seconds: also write a model_dir audioclf trains on, its labels from
       the data; its other fields (batch_size...) go into its params.json.
+    estimator: the team's function returning its Estimator (module:function);
+      for a name-based checkpoint (a model_fn's or a canned Estimator's),
+      which named.migrate_named carries instead.
+    legacy_python: the legacy stack's Python (named.migrate_named's).
 
   Returns:
     The record, also in to_model_dir/migration.json: from_model_dir,
@@ -92,9 +100,12 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     ParamError: with params, a model that does not take a clip of raw audio or
       give one probability per label.
   """
-  _check_folders(from_model_dir, to_model_dir)
+  check_folders(from_model_dir, to_model_dir)
+  if names.is_name_based(find_checkpoint(from_model_dir)):
+    return named.migrate_named(from_model_dir, to_model_dir, model, model_args, estimator,
+                               mapping, carry_optimizer_state, legacy_python)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
-  builder = _whole_model_builder(model)
+  builder = whole_model_builder(model)
   args = builder.arguments(ModelArgs(model_args))
   mapping = read_mapping(mapping) if isinstance(mapping, str) else mapping
   team, optimizer_changes, changes = _build(builder, args, legacy)
@@ -128,18 +139,8 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     audio = _audio_model_dir(team, _audio_params(params, model, args, optimizer_changes,
                                                  to_model_dir))
     record["model_dir"] = to_model_dir
-  _write(to_model_dir, team, record, audio, legacy.step)
+  write(to_model_dir, team, record, audio, legacy.step)
   return {**record, "to_model_dir": to_model_dir}
-
-
-def _whole_model_builder(model: str) -> registry.Model:
-  """The builder `model` names; raises MigrationError for a body's (an Estimator's model is whole)."""
-  builder = registry.resolve(model)
-  if builder.kind != registry.WHOLE:
-    raise MigrationError(f"--model={model}: {builder.target} is a body ({builder.kind} in); an "
-                         "Estimator's model is a whole keras.Model, from a builder of keyword "
-                         "arguments only")
-  return builder
 
 
 def _carry_optimizer(team, legacy: LegacyCheckpoint, alignment,
@@ -158,17 +159,6 @@ def _carry_optimizer(team, legacy: LegacyCheckpoint, alignment,
                                                     carry_optimizer_state)
   state = "fresh" if not slots_carried else "partial" if missing else "carried"
   return state, missing, hyperparameter_differences(optimizer, legacy)
-
-
-def _check_folders(from_model_dir: str, to_model_dir: str) -> None:
-  if not compat.KERAS3:
-    raise MigrationError(f"audioclf migrate writes Keras 3 models: run it on "
-                         f"{compat.HOW_TO_GET[compat.CURRENT_STACK]}")
-  if not os.path.isdir(from_model_dir):
-    raise MigrationError(f"--from_model_dir {from_model_dir!r} is not a folder")
-  if os.path.exists(to_model_dir) and (not os.path.isdir(to_model_dir) or os.listdir(to_model_dir)):
-    raise MigrationError(f"--to_model_dir {to_model_dir!r} is not empty: migrate writes a new "
-                         "folder and overwrites nothing; choose a new one")
 
 
 def _build(builder: registry.Model, args: ModelArgs, legacy: LegacyCheckpoint):
@@ -234,27 +224,3 @@ def _copy(targets: list, sources: list, what: str) -> None:
                          "arguments: it must build the same model every time")
   for target, source in zip(targets, sources):
     target.assign(source)
-
-
-def _write(to_model_dir: str, team, record: dict[str, Any], audio: Optional[dict[str, Any]],
-           step: int) -> None:
-  """The .keras file, the record and (with data) the model_dir: whole or not at all."""
-
-  def write(folder: str) -> None:
-    team.save(os.path.join(folder, KERAS_FILE))
-    with open(os.path.join(folder, RECORD_FILE), "w") as f:
-      json.dump(record, f, indent=2)
-      f.write("\n")
-    if audio is not None:
-      params = audio["params"]
-      model_dir_lib.prepare(params.replace(model_dir=folder), audio["labels"])
-      model_dir_lib.write_params(folder, params, migration=record)
-      model_dir_lib.checkpoint_manager(tf.train.Checkpoint(audio["model"]), folder).save(
-          checkpoint_number=step)
-      to_flagfile(params, os.path.join(folder, TRAIN_FLAGS), header=(
-          f"python -m audioclf train --flagfile={os.path.join(to_model_dir, TRAIN_FLAGS)} "
-          f"--train_steps=<more than {step}>\n"
-          f"resumes the Estimator migrated from {record['from_model_dir']} at step {step}, "
-          f"with {record['builder']}'s module on PYTHONPATH."))
-
-  model_dir_lib.write_whole(to_model_dir, write)

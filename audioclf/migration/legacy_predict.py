@@ -52,6 +52,21 @@ def inputs_of(path: str, name: str) -> np.ndarray:
                          f"input); it holds {', '.join(saved.files)}")
 
 
+def copy_latest_checkpoint(from_model_dir: str, model_dir: str) -> None:
+  """The latest checkpoint of from_model_dir, and a `checkpoint` file naming it, into model_dir.
+
+  An Estimator writes into its model_dir: it runs over this copy, the team's folder untouched.
+
+  Raises:
+    MigrationError: from_model_dir holds no checkpoint.
+  """
+  checkpoint = find_checkpoint(from_model_dir)
+  for path in glob.glob(f"{checkpoint}.*"):
+    shutil.copy(path, model_dir)
+  with open(os.path.join(model_dir, "checkpoint"), "w") as f:
+    f.write(f'model_checkpoint_path: "{os.path.basename(checkpoint)}"\n')
+
+
 def estimator_probabilities(from_model_dir: str, model: str,
                             model_args: Union[ModelArgs, dict, str],
                             inputs: Union[np.ndarray, str], batch_size: int = 64) -> np.ndarray:
@@ -78,12 +93,8 @@ def estimator_probabilities(from_model_dir: str, model: str,
   name = keras_model.input_names[0]
   if isinstance(inputs, str):
     inputs = inputs_of(inputs, name)
-  checkpoint = find_checkpoint(from_model_dir)
   with tempfile.TemporaryDirectory(prefix="audioclf-legacy-predict-") as model_dir:
-    for path in glob.glob(f"{checkpoint}.*"):
-      shutil.copy(path, model_dir)
-    with open(os.path.join(model_dir, "checkpoint"), "w") as f:
-      f.write(f'model_checkpoint_path: "{os.path.basename(checkpoint)}"\n')
+    copy_latest_checkpoint(from_model_dir, model_dir)
     estimator = tf.keras.estimator.model_to_estimator(keras_model=keras_model,
                                                       model_dir=model_dir)
 

@@ -97,7 +97,10 @@ def _read_legacy(from_model_dir: str, to_model_dir: str):
     labels = model_dir_lib.read_labels(from_model_dir)
     stack = model_dir_lib.written_by(from_model_dir)
   except model_dir_lib.ModelDirError as e:
-    raise MigrationError(f"--from_model_dir: {e}") from e
+    hint = ("; for an Estimator of the team's own, give --model=<its builder, or a model_fn's "
+            "Keras 3 rewrite> or --estimator=<the module:function returning a canned one>"
+            if model_dir_lib.own_latest_checkpoint(from_model_dir) else "")
+    raise MigrationError(f"--from_model_dir: {e}{hint}") from e
   if int(stack["keras"]) != 2:
     raise MigrationError(f"{from_model_dir!r} was written by the {stack['name']} stack (Keras "
                          f"{stack['keras']}): it needs no migration")

@@ -46,7 +46,7 @@ def assign_optimizer_state(model, legacy: LegacyCheckpoint, names: dict[int, tup
   optimizer.iterations.assign(legacy.step)
   if not slots:
     return [f"the optimizer's slots ({why_fresh})"]
-  # Keyed by their names, as _slot_name spells them.
+  # Keyed by their names, as slot_name spells them.
   slot_vars = {v.name: v for v in optimizer.variables
                if v is not optimizer.iterations and v.name != "learning_rate"}
   values, missing = _legacy_slot_values(model, legacy, names, optimizer_name)
@@ -61,7 +61,7 @@ def assign_optimizer_state(model, legacy: LegacyCheckpoint, names: dict[int, tup
   return missing
 
 
-def _slot_name(variable, slot: str) -> str:
+def slot_name(variable, slot: str) -> str:
   """How add_variable_from_reference names a weight's slot: `<weight path, _ for />_<slot>`."""
   return f"{variable.path.replace('/', '_')}_{slot}"
 
@@ -71,7 +71,7 @@ def _legacy_slot_values(model, legacy: LegacyCheckpoint, names: dict[int, tuple[
   """The legacy slots' values by (Keras 3 name, slot); why there are none, where they do not fit."""
   variables = model.trainable_variables
   if legacy.slots == "per_weight":
-    return {(_slot_name(variable, slot), slot): value for variable in variables
+    return {(slot_name(variable, slot), slot): value for variable in variables
             for slot, value in legacy.per_weight.get(names.get(id(variable)), {}).items()}, []
   if legacy.slots != "ordered":
     return {}, []
@@ -81,7 +81,7 @@ def _legacy_slot_values(model, legacy: LegacyCheckpoint, names: dict[int, tuple[
                 f"state variables do not fit {len(variables)} trainable weights"]
   # Adam's build makes m and v weight by weight (interleaved); a single slot
   # (RMSprop's velocity) is one per weight either way.
-  return {(_slot_name(variable, slot), slot): legacy.ordered[j * len(layout) + k]
+  return {(slot_name(variable, slot), slot): legacy.ordered[j * len(layout) + k]
           for j, variable in enumerate(variables) for k, slot in enumerate(layout)}, []
 
 

@@ -14,7 +14,7 @@ from audioclf.compat import keras
 from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.deploy import predict as predict_lib
-from audioclf.migration import foreign, legacy_predict
+from audioclf.migration import legacy_predict, team
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
@@ -33,7 +33,7 @@ def legacy_python() -> Optional[str]:
   return path if os.path.isfile(path) else None
 
 
-def _legacy_env() -> dict[str, str]:
+def legacy_env() -> dict[str, str]:
   """The environment of a legacy-stack subprocess: this checkout's audioclf first on its path."""
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       p for p in (_CHECKOUT, os.environ.get("PYTHONPATH")) if p))
@@ -41,20 +41,18 @@ def _legacy_env() -> dict[str, str]:
   return env
 
 
-def _the_legacy_python(python: Optional[str], whose: str, written: str) -> str:
+def the_legacy_python(python: Optional[str], needs: str, instead: str) -> str:
   """`python`, else `legacy_python()`; raises MigrationError naming both ways to do without.
 
   Args:
     python: the legacy stack's Python the caller was given, if any.
-    whose: whose probabilities the report needs ("the legacy model's").
-    written: what --legacy_probabilities may name instead.
+    needs: what needs the legacy stack ("--report needs the Estimator's probabilities from").
+    instead: what else may be given ("--legacy_probabilities=<...>").
   """
   python = python or legacy_python()
   if not python:
-    raise MigrationError(
-        f"--report needs {whose} probabilities from the legacy stack: give "
-        "--legacy_python=<its python> (or set AUDIOCLF_LEGACY_PYTHON), or "
-        f"--legacy_probabilities=<{written}>")
+    raise MigrationError(f"{needs} the legacy stack: give --legacy_python=<its python> (or set "
+                         f"AUDIOCLF_LEGACY_PYTHON), or {instead}")
   return python
 
 
@@ -74,7 +72,7 @@ def legacy_probabilities(python: str, from_model_dir: str, files: Sequence[str],
     overrides = [f"--batch_size={params.batch_size}", f"--on_bad_file={params.on_bad_file}"]
   cmd = [python, "-m", "audioclf", "predict", f"--model_dir={from_model_dir}",
          f"--checkpoint={checkpoint}", f"--save_probabilities={out}", *overrides, "--", *files]
-  proc = subprocess.run(cmd, env=_legacy_env(), capture_output=True, text=True, timeout=timeout)
+  proc = subprocess.run(cmd, env=legacy_env(), capture_output=True, text=True, timeout=timeout)
   if proc.returncode != 0 or not os.path.isfile(out):
     raise MigrationError(f"the legacy model's predictions failed ({python} -m audioclf predict, "
                          f"exit {proc.returncode}): {proc.stderr[-2000:]}")
@@ -169,9 +167,10 @@ def _predict_on_the_legacy_stack(python: Optional[str], from_model_dir: str, out
                                  params: Params, manifest: manifest_lib.Manifest, split: str,
                                  checkpoint: str) -> str:
   """The legacy model's probabilities of `split`'s clips into `out`; their source, in words."""
-  python = _the_legacy_python(
-      python, "the legacy model's",
-      "a file `python -m audioclf predict --save_probabilities=` wrote there")
+  python = the_legacy_python(
+      python, "--report needs the legacy model's probabilities from",
+      "--legacy_probabilities=<a file `python -m audioclf predict --save_probabilities=` wrote "
+      "there>")
   files = [e.path for e in _held_out(params, manifest, split)]
   legacy_probabilities(python, from_model_dir, files, out, params, checkpoint=checkpoint)
   return f"{python} -m audioclf predict"
@@ -239,10 +238,13 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   Raises:
     MigrationError: no inputs, no legacy probabilities, or either of another shape.
   """
-  with open(os.path.join(to_model_dir, foreign.RECORD_FILE)) as f:
+  with open(os.path.join(to_model_dir, team.RECORD_FILE)) as f:
     record = json.load(f)
-  model = keras.saving.load_model(os.path.join(to_model_dir, foreign.KERAS_FILE))
+  model = keras.saving.load_model(os.path.join(to_model_dir, team.KERAS_FILE))
   labels = truth = None
+  if record["input"] is None:
+    raise MigrationError("--report compares models of one input; the migrated model takes "
+                         "several (one per feature column)")
   if inputs_file:
     inputs, split = legacy_predict.inputs_of(inputs_file, record["input"]["name"]), None
   elif record["model_dir"]:
@@ -293,24 +295,34 @@ def _no_inputs(record: dict[str, Any]) -> str:
 
 def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict[str, Any],
                         inputs: np.ndarray, out: str, timeout: float = 600) -> str:
-  """Runs legacy_predict with the legacy stack's Python; returns the source, in words.
+  """Runs the Estimator's predict on the legacy stack; returns the source, in words.
+
+  legacy_predict wraps the builder's model with model_to_estimator;
+  legacy_estimator runs the team's own --estimator function.
 
   Raises:
-    MigrationError: no legacy Python, or its run failed (its stderr's end in the message).
+    MigrationError: no legacy Python, no way to make the Estimator, or its run
+      failed (its stderr's end in the message).
   """
-  python = _the_legacy_python(
-      python, "the Estimator's",
-      "the .npz `python -m audioclf.migration.legacy_predict` wrote there")
+  if record.get("variables") is not None and not record.get("estimator"):
+    raise MigrationError("--report needs the Estimator's probabilities: give --estimator=<the "
+                         "module:function returning the team's Estimator>, run on the legacy "
+                         "stack, or --legacy_probabilities=<an .npz of them>")
+  module = ("audioclf.migration.legacy_estimator" if record.get("estimator")
+            else "audioclf.migration.legacy_predict")
+  python = the_legacy_python(
+      python, "--report needs the Estimator's probabilities from",
+      f"--legacy_probabilities=<the .npz `python -m {module}` wrote there>")
   with tempfile.TemporaryDirectory(prefix="audioclf-report-") as tmp:
     inputs_file = os.path.join(tmp, "inputs.npz")
     np.savez(inputs_file, **{record["input"]["name"]: inputs})
-    cmd = [python, "-m", "audioclf.migration.legacy_predict", f"--from_model_dir={from_model_dir}",
-           f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}",
+    how = ([f"--estimator={record['estimator']}"] if record.get("estimator") else
+           [f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}"])
+    cmd = [python, "-m", module, f"--from_model_dir={from_model_dir}", *how,
            f"--inputs={inputs_file}", f"--output={out}"]
-    proc = subprocess.run(cmd, env=_legacy_env(), capture_output=True, text=True,
+    proc = subprocess.run(cmd, env=legacy_env(), capture_output=True, text=True,
                           timeout=timeout)
   if proc.returncode != 0 or not os.path.isfile(out):
-    raise MigrationError(f"the Estimator's predictions failed ({python} -m "
-                         f"audioclf.migration.legacy_predict, exit {proc.returncode}): "
-                         f"{proc.stderr[-2000:]}")
-  return f"{python} -m audioclf.migration.legacy_predict"
+    raise MigrationError(f"the Estimator's predictions failed ({python} -m {module}, exit "
+                         f"{proc.returncode}): {proc.stderr[-2000:]}")
+  return f"{python} -m {module}"
