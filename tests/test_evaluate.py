@@ -48,8 +48,7 @@ TONES = {"low": 300.0, "mid": 660.0, "high": 1452.0}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_evaluate_on_data_with_some_of_the_models_labels_maps_them_by_name(trained, engine,
-                                                                           tmp_path):
+def test_evaluate_on_some_of_the_models_labels_maps_them_by_name(trained, engine, tmp_path):
   params, _ = trained(engine)
   # low and mid only: ids 0 and 1 of the data, 1 and 2 of the model (high, low, mid). One mid
   # tone sits in low's folder, so one answer is wrong by the data's own word.

@@ -132,7 +132,7 @@ NOISE_SECONDS = 3.0
 def noisy(tmp_path_factory):
   out = tmp_path_factory.mktemp("noisy") / "words"
   dataset.generate(out, WORDS, 2, seed=0, progress=False, background_noise=True,
-               noise_seconds=NOISE_SECONDS)
+                   noise_seconds=NOISE_SECONDS)
   return out, {Path(p).stem: p for p in dataset.noise_paths(out)}
 
 
@@ -146,14 +146,16 @@ def test_background_noise_layout(noisy):
   out, noise = noisy
   assert sorted(noise) == ["babble", "brown_noise", "hum_50hz", "hum_60hz", "pink_noise",
                            "white_noise"]
-  assert sorted(p.name for p in out.iterdir()) == sorted(WORDS + [settings.NOISE_DIR, settings.STAMP_NAME])
+  assert sorted(p.name for p in out.iterdir()) == sorted(WORDS + [settings.NOISE_DIR,
+                                                                 settings.STAMP_NAME])
   for path in noise.values():
     assert Path(path).parent == out / settings.NOISE_DIR
     info = sf.info(path)
     assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
     assert info.frames == NOISE_SECONDS * 16000
     x, _ = sf.read(path)
-    assert 20 * np.log10(np.sqrt(np.mean(x ** 2))) == pytest.approx(noise_lib.NOISE_RMS_DBFS, abs=0.1)
+    level = 20 * np.log10(np.sqrt(np.mean(x ** 2)))
+    assert level == pytest.approx(noise_lib.NOISE_RMS_DBFS, abs=0.1)
 
 
 def test_background_noise_colours_and_hum(noisy):
@@ -189,20 +191,22 @@ def test_background_noise_deterministic_and_reused(noisy, tmp_path):
   out, noise = noisy
   again = tmp_path / "again"
   dataset.generate(again, WORDS, 2, seed=0, progress=False, background_noise=True,
-               noise_seconds=NOISE_SECONDS)
+                   noise_seconds=NOISE_SECONDS)
   for name, path in noise.items():
-    assert (again / settings.NOISE_DIR / f"{name}.wav").read_bytes() == Path(path).read_bytes(), name
+    written = (again / settings.NOISE_DIR / f"{name}.wav").read_bytes()
+    assert written == Path(path).read_bytes(), name
   stamp = (out / settings.STAMP_NAME).stat().st_mtime_ns
   dataset.generate(out, WORDS, 2, seed=0, progress=False, background_noise=True,
-               noise_seconds=NOISE_SECONDS)
+                   noise_seconds=NOISE_SECONDS)
   assert (out / settings.STAMP_NAME).stat().st_mtime_ns == stamp  # Reused, not rewritten.
   # A missing recording is noticed: the dataset is written again, whole.
   (again / settings.NOISE_DIR / "babble.wav").unlink()
   dataset.generate(again, WORDS, 2, seed=0, progress=False, background_noise=True,
-               noise_seconds=NOISE_SECONDS)
-  assert (again / settings.NOISE_DIR / "babble.wav").read_bytes() == Path(noise["babble"]).read_bytes()
+                   noise_seconds=NOISE_SECONDS)
+  assert (again / settings.NOISE_DIR / "babble.wav").read_bytes() == Path(
+      noise["babble"]).read_bytes()
   other = dataset.generate(tmp_path / "other", WORDS, 2, seed=1, progress=False,
-                       background_noise=True, noise_seconds=NOISE_SECONDS)
+                           background_noise=True, noise_seconds=NOISE_SECONDS)
   assert (Path(other[0]).parents[1] / settings.NOISE_DIR / "pink_noise.wav").read_bytes() != (
       Path(noise["pink_noise"]).read_bytes())
 

@@ -1,4 +1,4 @@
-"""audioclf synthesize: keywords from text, a dataset in the Speech Commands layout spoken by espeak-ng.
+"""audioclf synthesize: keywords from text, a Speech Commands-layout dataset spoken by espeak-ng.
 
   python -m audioclf synthesize --words=zero,one,two --per_word=100 --out=data/digits
   python -m audioclf synthesize --words=yes,no,up,down --out=data/words --unknown_words=20 \

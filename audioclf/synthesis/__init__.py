@@ -1,4 +1,4 @@
-"""Keywords from text: spoken-word datasets in the Speech Commands layout, synthesized with espeak-ng.
+"""Keywords from text: spoken-word datasets in the Speech Commands layout, spoken by espeak-ng.
 
   from audioclf.synthesis import generate
   paths = generate("data/words", ["zero", "one", "two"], per_word=100, seed=0,

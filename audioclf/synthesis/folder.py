@@ -1,4 +1,4 @@
-"""A dataset's folder, written whole or not at all: built beside its place and swapped in at the end.
+"""A dataset's folder, written whole or not at all: built beside its place, swapped in at the end.
 
 So an interrupted run never leaves a half-written dataset behind, files of an
 older dataset with other words never mix in, and only a folder the generator

@@ -1,4 +1,4 @@
-"""The `_background_noise_` recordings: noise colours, mains hum, and babble of the generator's own voices.
+"""The `_background_noise_` recordings: noise colours, mains hum, babble of the generator's voices.
 
     <out>/_background_noise_/<name>.wav   16 kHz, mono, PCM_16, --noise_seconds long
 
@@ -53,7 +53,8 @@ def write(root: Path, words, seed: int, voices: list[str], seconds: float,
     rel_paths.append(rel)
   (root / NOISE_DIR / "README.md").write_text(
       "Background noise written by audioclf synthesize --background_noise: "
-      f"{', '.join(makers)}; {seconds:g} s each at {SAMPLE_RATE} Hz, {NOISE_RMS_DBFS:g} dBFS RMS.\n")
+      f"{', '.join(makers)}; {seconds:g} s each at {SAMPLE_RATE} Hz, "
+      f"{NOISE_RMS_DBFS:g} dBFS RMS.\n")
   return rel_paths
 
 
@@ -73,14 +74,15 @@ def hum(rng: np.random.Generator, n: int, mains_hz: float) -> np.ndarray:
   x = np.zeros(n)
   # The second harmonic is the loudest in transformer hum (magnetostriction), then they fade.
   for k, amp in enumerate((0.6, 1.0, 0.5, 0.35, 0.2, 0.12, 0.08, 0.05), start=1):
-    x += amp * rng.uniform(0.7, 1.3) * np.sin(2 * np.pi * k * mains_hz * t + rng.uniform(0, 2 * np.pi))
+    level, phase = rng.uniform(0.7, 1.3), rng.uniform(0, 2 * np.pi)
+    x += amp * level * np.sin(2 * np.pi * k * mains_hz * t + phase)
   x *= 1.0 + 0.25 * np.sin(2 * np.pi * rng.uniform(0.05, 0.2) * t + rng.uniform(0, 2 * np.pi))
   floor = coloured_noise(rng, n, 1.0)
   return x / np.sqrt(np.mean(x ** 2)) + 0.03 * floor / np.sqrt(np.mean(floor ** 2))
 
 
 def babble(rng: np.random.Generator, n: int, words, voices: list[str], workers: int) -> np.ndarray:
-  """Talkers of the generator's own voices saying filler words, overlapping, none of them a class."""
+  """Talkers of the generator's voices saying filler words, overlapping, none of them a class."""
   taken = {w.lower() for w in words}
   fillers = [w for w in vocabulary.BABBLE_WORDS if w not in taken]
   talkers = [[voices[int(i)], int(rng.integers(speakers.RATE_WPM[0], speakers.RATE_WPM[1] + 1)),

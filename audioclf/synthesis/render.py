@@ -1,4 +1,4 @@
-"""A spoken word made a 1 s clip: resampled, levelled, placed at a random offset, over background noise."""
+"""A spoken word made a 1 s clip: resampled, levelled, placed at a random offset, over noise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a generated dataset is a pure function of: its Settings, their checks, and its layout's names."""
+"""What a dataset is a pure function of: its Settings, their checks, its layout's names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The speakers: espeak-ng's English voices, each speaker a voice with its rate and pitch, and each clip's jitter.
+"""The speakers: espeak-ng's English voices, each with a rate and pitch, and each clip's jitter.
 
 A "speaker" is a fixed combination of English voice/variant, speaking rate,
 pitch and pitch range; its 8-hex-char id is a hash of those parameters and the

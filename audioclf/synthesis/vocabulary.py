@@ -1,4 +1,4 @@
-"""Which words are spoken: the default keywords, the words `_unknown_` draws from, the babble's fillers."""
+"""Which words are said: the default keywords, those `_unknown_` draws from, babble's fillers."""
 
 from __future__ import annotations
 
