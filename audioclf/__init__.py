@@ -10,6 +10,7 @@ The package, by concern (each folder's __init__ says more):
   params.py      Params: every setting of a run, and the one check of every value
   compat/        every difference between the legacy stack (Keras 2, tf.estimator) and Keras 3
   data/          the data: manifest, decoding, the clip cache, the sampler, input_fn, tf.data service
+  synthesis/     keywords from text: spoken-word datasets synthesized with espeak-ng
   model/         the model: front end, builders, model_dir (what a run leaves, and loading it)
   distributed/   TF_CONFIG clusters, the loopback launcher, tf.data service servers
   engines/       training: the Keras loop and the Estimator, the stall meter and step clock

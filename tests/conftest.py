@@ -97,7 +97,8 @@ def pytest_collection_modifyitems(config, items):
 # 147/104 s for test_migrate.py down to 25 s for test_augment.py). A scheduling hint, no more.
 _LONGEST = ("test_migrate.py", "test_cluster_keras.py", "test_zoo.py", "test_tune.py",
             "test_report.py", "test_docs.py", "test_your_model.py", "test_exit.py",
-            "test_migrate_foreign.py", "test_migrate_named.py", "test_segments.py", "test_make_speech_words.py",
+            "test_migrate_foreign.py", "test_migrate_named.py", "test_segments.py",
+            "test_synthesize.py",
             "test_pipeline.py", "test_engines.py", "test_best.py", "test_augment.py")
 
 

@@ -34,11 +34,45 @@ def test_evaluate_reproduces_the_runs_test_metrics(trained, engine):
   assert results["loss"] == pytest.approx(metrics["test_loss"], rel=tolerance, abs=1e-4)
 
 
-def test_evaluate_refuses_data_with_other_labels(trained, tmp_path):
+def test_evaluate_refuses_data_with_labels_the_model_does_not_know(trained, tmp_path):
   params, _ = trained("keras")
-  other = params.replace(data_dir=write_tone_dataset(tmp_path / "other", labels=("a", "b")))
-  with pytest.raises(model_dir_lib.ModelDirError, match="knows labels"):
+  other = params.replace(data_dir=write_tone_dataset(tmp_path / "other", labels=("low", "b")))
+  with pytest.raises(model_dir_lib.ModelDirError,
+                     match=r"does not know the data's labels \['b'\] \(it knows \['high', 'low', "
+                           r"'mid'\]\)"):
     evaluate(params.model_dir, "validation", other)
+
+
+# The tone model's frequencies (conftest.write_tone_dataset's for its three labels).
+TONES = {"low": 300.0, "mid": 660.0, "high": 1452.0}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_evaluate_on_some_of_the_models_labels_maps_them_by_name(trained, engine, tmp_path):
+  params, _ = trained(engine)
+  # low and mid only: ids 0 and 1 of the data, 1 and 2 of the model (high, low, mid). One mid
+  # tone sits in low's folder, so one answer is wrong by the data's own word.
+  root = write_tone_dataset(tmp_path / "some", labels=("low", "mid"), per_label=6, freqs=TONES)
+  sf.write(os.path.join(root, "low", "spk999mislabeled_nohash_0.wav"),
+           tone(TONES["mid"], 0.5, params.sample_rate), params.sample_rate, subtype="PCM_16")
+  with open(os.path.join(root, "testing_list.txt"), "w") as f:  # Every file a test clip.
+    f.writelines(f"{label}/{name}\n" for label in ("low", "mid")
+                 for name in sorted(os.listdir(os.path.join(root, label))))
+  some = params.replace(data_dir=root, cache_dir=str(tmp_path / "cache"))
+  results = evaluate(params.model_dir, "test", some, report_dir=str(tmp_path / "report"))
+  # The same files through predict: the share whose label is their folder's.
+  predicted = predict(params.model_dir, [root], some)
+  said = [label == os.path.basename(os.path.dirname(path)) for path, label, _ in predicted]
+  assert results["files"] == len(predicted) == 13
+  assert results["accuracy"] == pytest.approx(np.mean(said))
+  assert results["accuracy"] == pytest.approx(12 / 13)  # The tones are easy; the stray is not.
+  report = json.loads((tmp_path / "report" / "report.json").read_text())
+  assert report["labels"] == ["high", "low", "mid"]  # The model's, high with no support.
+  assert {name: row["support"] for name, row in report["classes"].items()} == {
+      "high": 0, "low": 7, "mid": 6}
+  with open(tmp_path / "report" / "confusion_matrix.csv") as f:
+    rows = [line.strip().split(",") for line in f][1:]
+  assert rows == [["high", "0", "0", "0"], ["low", "0", "6", "1"], ["mid", "0", "0", "6"]]
 
 
 def test_evaluate_needs_a_trained_model_dir(tmp_path):

@@ -98,6 +98,12 @@ def test_report_keeps_classes_the_split_lacks(tmp_path):
   out = report.write(str(tmp_path), ["a", "b", "c"], y, p, ["1", "2", "3", "4"])
   assert out["classes"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
   assert out["classes"]["b"]["precision"] == pytest.approx(2 / 3)
+  # Averaged over the labels the data has (a and b), not c's empty row: in the JSON and the table.
+  a_f1, b_f1 = 2 * 1 * .5 / 1.5, 2 * (2 / 3) * 1 / (5 / 3)
+  assert out["macro avg"]["f1"] == pytest.approx((a_f1 + b_f1) / 2)
+  assert out["macro avg"]["recall"] == pytest.approx(.75) and out["macro avg"]["support"] == 4
+  macro = next(line for line in out["text"].splitlines() if "macro avg" in line).split()
+  assert macro == ["macro", "avg", "0.833", "0.750", f"{(a_f1 + b_f1) / 2:.3f}", "4"]
 
 
 def test_files_of_matches_skipped_files():

@@ -1,7 +1,6 @@
 """Long recordings: streamed windows, the segment rule, and spoken words found at their offsets."""
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -138,13 +137,11 @@ WORDS = ("yes", "no", "up", "down")
 SR = 16000
 
 
-def _msw():
+def _synthesis():
+  """audioclf.synthesis's modules: the words to train on and those of the recording."""
   pytest.importorskip("espeakng_loader")
-  spec = importlib.util.spec_from_file_location(
-      "make_speech_words", os.path.join(ROOT, "tools", "make_speech_words.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  from audioclf.synthesis import dataset, espeak, speakers  # pylint: disable=g-import-not-at-top
+  return dataset, espeak, speakers
 
 
 def _noise(rng, n, level_db, pink):
@@ -161,10 +158,10 @@ def _noise(rng, n, level_db, pink):
 def word_model(tmp_path_factory):
   """A keyword model over WORDS plus a "silence" class of quiet noise and noise bursts."""
   import audioclf
-  msw = _msw()
+  dataset, _, _ = _synthesis()
   root = tmp_path_factory.mktemp("words")
   data = root / "data"
-  msw.generate(data, WORDS, 60, seed=0, progress=False)
+  dataset.generate(data, WORDS, 60, seed=0, progress=False)
   rng = np.random.default_rng(0)
   (data / "silence").mkdir()
   for i in range(90):
@@ -182,20 +179,21 @@ def word_model(tmp_path_factory):
                            eval_every_steps=300, log_every_steps=100)
   metrics = audioclf.train(params)
   assert metrics["val_accuracy"] > 0.9
-  return params, msw
+  return params
 
 
 @pytest.fixture(scope="module")
-def recording(word_model, tmp_path_factory):
+def recording(tmp_path_factory):
   """A 22.05 kHz stereo FLAC: words by unseen speakers at known offsets, in noise and silence."""
-  _, msw = word_model
+  import espeakng_loader  # pylint: disable=g-import-not-at-top
+  _, espeak, speakers = _synthesis()
   rng = np.random.default_rng(1)
-  pool = msw._speaker_pool(msw._available_voices(), 8, seed=7)  # pylint: disable=protected-access
+  pool = speakers.pool(speakers.available_voices(espeakng_loader.get_data_path()), 8, seed=7)
   audio = _noise(rng, 16 * SR, -55, True)
   words, t = [], 1.0
   for k, word in enumerate(["yes", "down", "no", "up", "yes", "no"]):
-    jobs = msw._jobs_for_word(word, 1, 7 + k, pool[k:])  # pylint: disable=protected-access
-    header, raws = msw._synthesize_word(word, jobs)  # pylint: disable=protected-access
+    job = speakers.job(pool[k], speakers.clip_rng(7 + k, word, 0, 1))
+    header, raws = espeak.say(word, [job])
     speech = soxr.resample(raws[0].astype(np.float64) / 32768, header["sample_rate"], SR)
     speech *= 10 ** (-6 / 20) / np.abs(speech).max()
     audio[int(t * SR):int(t * SR) + len(speech)] += speech
@@ -212,7 +210,7 @@ def recording(word_model, tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_word_found_at_its_offset_and_nothing_else(word_model, recording):
-  params, _ = word_model
+  params = word_model
   path, words = recording
   [result] = segments.detect(params.model_dir, [path], hop_seconds=0.1, background=["silence"])
   found = result["segments"]
@@ -236,7 +234,7 @@ def test_detect_refuses_a_hop_longer_than_a_clip(trained, tmp_path):
 
 @pytest.mark.slow
 def test_predict_command_line_on_long_and_short_files(word_model, recording, tmp_path):
-  params, _ = word_model
+  params = word_model
   path, words = recording
   short = str(tmp_path / "short.wav")
   sf.write(short, np.zeros(SR // 2, np.float32), SR)

@@ -22,7 +22,7 @@ Rows, each trained with the Keras engine on this interpreter's stack, once per -
 Each run is then evaluated (`python -m audioclf evaluate --split=test`, the checkpoint
 evaluate takes by default: the best one where the run kept one) twice: on the data's test
 split (new speakers within the training voices' range: "known voices") and on
---held_out_dir (tools/make_speech_words.py --held_out_speakers, which tools/demo.sh writes:
+--held_out_dir (audioclf synthesize --held_out_speakers, which tools/demo.sh writes:
 voices, rates and pitches beyond the training range), by speaker for the weakest one.
 
 The table shows each figure as the mean over seeds and each seed's value, and "gap closed":

@@ -87,7 +87,7 @@ def accuracy(name: str, args: str) -> dict:
   """Test accuracy after --train_steps on the demo data: known voices, and held-out ones.
 
   Known: the test split's speakers, drawn from the training voices' range.
-  Held out: make_speech_words' --held_out_speakers (tools/demo.sh writes
+  Held out: audioclf synthesize --held_out_speakers (tools/demo.sh writes
   data/speech_words/_held_out), voices and rates beyond the training range.
   """
   model_dir = os.path.join(FLAGS.runs_dir, f"{name}-{args.replace(',', '-') or 'default'}")

@@ -16,7 +16,7 @@ Rows, each trained with the Keras engine on this interpreter's stack:
 
 Data: --data_dir holds the synthesized words (`audioclf synthesize`, as tools/demo.sh writes
 data/speech_words) and <data_dir>/_held_out the voices no training speaker has (its
---held_out_voices): the stand-in for real recordings. Half of the held-out speakers, by id, are
+--held_out_speakers): the stand-in for real recordings. Half of the held-out speakers, by id, are
 enrolment voices whose clips the few-shot rows may train on; every row is measured on the other
 half alone (the held-out columns), and on the test split of the synthesized words (known
 voices), by speaker for the weakest one. Training seconds are `audioclf train`'s wall time on
@@ -72,7 +72,7 @@ def held_out_clips() -> dict[str, list[tuple[str, str]]]:
     clips.setdefault(manifest.speaker_of(path), []).append((os.path.abspath(path), word))
   if len(clips) < 2:
     raise app.UsageError(f"{FLAGS.data_dir}/_held_out has {len(clips)} speakers; the bench "
-                         "needs two or more (audioclf synthesize --held_out_voices)")
+                         "needs two or more (audioclf synthesize --held_out_speakers)")
   return clips
 
 

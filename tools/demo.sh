@@ -9,7 +9,7 @@
 # On the newest stack it also trains the pretrained preset (flags/pretrained_speech.flags: Google's
 # speech embedding, its last blocks fine-tuned, and a small head) into runs/demo/<stack>/pretrained.
 # Each run is also evaluated on voices it never heard, beyond the training speakers' rate and pitch
-# (data/speech_words/_held_out, make_speech_words.py --held_out_speakers): the table shows both
+# (data/speech_words/_held_out, audioclf synthesize --held_out_speakers): the table shows both
 # accuracies, and the weakest unseen speaker's, a column per run.
 # With both stacks it then tells the migration story: the legacy Estimator model migrated to Keras 3
 # (python -m audioclf migrate --report), evaluated, trained MIGRATE_MORE_STEPS more on the current
@@ -46,8 +46,8 @@ RUNS=()
 for stack in "${STACKS[@]}"; do
   use_stack "$stack"
   if [ "${#RUNS[@]}" = 0 ]; then  # Once, with the first stack's Python.
-    "$PYTHON" tools/make_speech_words.py --out_dir data/speech_words --per_word 150 --seed 0 \
-      --background_noise --held_out_speakers 10
+    "$PYTHON" -m audioclf synthesize --out=data/speech_words --per_word=150 --seed=0 \
+      --background_noise --held_out_speakers=10
   fi
   echo "[demo] $stack stack: filling the clip cache (a later run reads it and decodes nothing)" >&2
   "$PYTHON" -m audioclf cache --flagfile=flags/demo.flags | tail -n 1 \

@@ -40,7 +40,7 @@ END = "<!-- end import graph -->"
 LAYERS = (
     ("audioclf.params", "audioclf.presets"),
     ("audioclf.compat",),
-    ("audioclf.data",),
+    ("audioclf.data", "audioclf.synthesis"),
     ("audioclf.model",),
     ("audioclf.distributed",),
     ("audioclf.engines",),

@@ -22,6 +22,7 @@ COMMANDS = {
     "migrate": "a legacy (Keras 2) model_dir as a Keras 3 one",
     "launch": "a training cluster on this host (one process per task)",
     "service": "a tf.data service dispatcher or worker",
+    "synthesize": "keywords from text: a spoken-word dataset, spoken by espeak-ng",
 }
 
 

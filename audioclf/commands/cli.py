@@ -26,25 +26,30 @@ def user_error(error: BaseException) -> Optional[str]:
   """The one line that tells a user what to fix, for an error that needs no traceback; else None.
 
   Those are invalid params, an unusable data source or model_dir, a bad audio
-  file and a file the system refuses (missing, unreadable, disk full). A bad
+  file, words synthesize cannot say or write, and a file the system refuses
+  (missing, unreadable, disk full). A bad
   file or a full cache disk met inside the tf.data pipeline arrives as
   TensorFlow's error, its message holding the BadAudioError's (or the
   CacheWriteError's) text under TensorFlow's frames; it is read back from it.
   """
-  # Imported here, not at the top: `--help` needs no TensorFlow, and by the
-  # time a command fails, TensorFlow is loaded anyway.
+  # Imported here, not at the top: `--help` needs none of it.
   # pylint: disable=g-import-not-at-top
-  import tensorflow as tf
+  from audioclf.data import manifest
+  from audioclf.synthesis import settings as synthesis
 
-  from audioclf.data import decode, manifest, store
-  from audioclf.model import model_dir
+  known = [ParamError, manifest.DataError, synthesis.SynthesisError, OSError]
+  # A command that never loaded TensorFlow (synthesize) cannot have met its errors.
+  if "tensorflow" in sys.modules:
+    import tensorflow as tf
+
+    from audioclf.data import decode, store
+    from audioclf.model import model_dir
+    if isinstance(error, tf.errors.OpError):
+      error = (decode.BadAudioError.from_text(error.message)
+               or store.CacheWriteError.from_text(error.message) or error)
+    known += [model_dir.ModelDirError, decode.BadAudioError]
   # pylint: enable=g-import-not-at-top
-
-  if isinstance(error, tf.errors.OpError):
-    error = (decode.BadAudioError.from_text(error.message)
-             or store.CacheWriteError.from_text(error.message) or error)
-  if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
-                        decode.BadAudioError, OSError)):
+  if isinstance(error, tuple(known)):
     return str(error).removeprefix("audioclf: ")
   return None
 
@@ -84,12 +89,13 @@ def exit_without_final_collections() -> None:
 
 
 def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
-        doc: str = "", arguments: bool = False) -> None:
+        doc: str = "", arguments: bool = False, tensorflow: bool = True) -> None:
   """absl's app.run(main, argv) for an audioclf command: errors a user can fix end it in one line.
 
   `--help` prints `doc` (the command module's docstring) and the command's
   flags, and exits 0. A command that takes no `arguments` (only predict
   takes some: its files) refuses any with app.UsageError before `main` runs.
+  A command that needs no `tensorflow` (synthesize) starts without it.
 
   Such an error (see `user_error`) prints `audioclf: error: <what to fix>`
   on stderr and exits with status 1; Ctrl-C prints `audioclf: interrupted...`
@@ -101,11 +107,12 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
   Estimator message twice). Inside main, absl's handler alone prints them.
   """
   def main_with_one_log_handler(argv):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    tf_logger = tf.get_logger()
-    if tf_logger.propagate and std_logging.getLogger().handlers:
-      for handler in list(tf_logger.handlers):
-        tf_logger.removeHandler(handler)
+    if tensorflow:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      tf_logger = tf.get_logger()
+      if tf_logger.propagate and std_logging.getLogger().handlers:
+        for handler in list(tf_logger.handlers):
+          tf_logger.removeHandler(handler)
     quiet.quiet_logging(argv)
     traceback_wanted = os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
     try:
@@ -134,5 +141,6 @@ def run(main: Callable[[list[str]], Any], argv: Optional[Sequence[str]] = None,
     sys.exit(1)
   exit_if_help(argv, doc)
   exit_without_final_collections()
-  quiet.start_tensorflow(argv)
+  if tensorflow:
+    quiet.start_tensorflow(argv)
   app.run(main_with_one_log_handler, argv=argv)

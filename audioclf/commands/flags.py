@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 from absl import flags
 
 from audioclf.params import SPLITS, ModelArgs, Params, field_types
+from audioclf.synthesis import settings as synthesis_settings
 
 
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
@@ -252,3 +253,39 @@ def define_launch_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                     "checkpoint as it appears (the Estimator engine).", flag_values=flag_values)
   flags.DEFINE_string("module", "audioclf.commands.train", "The module every task runs "
                       "(python -m <module> <the flags after -->).", flag_values=flag_values)
+
+
+def define_synthesize_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """audioclf synthesize's flags: what to say, how often, by whom, and where. Idempotent.
+
+  Their defaults are audioclf.synthesis.Settings'; no Params flag but --seed,
+  which keeps its definition where a process defined the Params flags first.
+  """
+  if "per_word" in flag_values:
+    return
+  d = synthesis_settings.Settings()
+  if "seed" not in flag_values:
+    flags.DEFINE_integer("seed", d.seed, "The same seed and settings give the same bytes.",
+                         flag_values=flag_values)
+  flags.DEFINE_string("out", None, "The dataset's folder (required): created, or replaced where "
+                      "synthesize wrote it before.", flag_values=flag_values)
+  flags.DEFINE_list("words", list(d.words), "The words to say, each a class folder.",
+                    flag_values=flag_values)
+  flags.DEFINE_integer("per_word", d.per_word, "Clips per word (and of _unknown_).",
+                       flag_values=flag_values)
+  flags.DEFINE_integer("speakers", d.speakers, "Speakers (an espeak voice, rate and pitch each) "
+                       "shared by every word: clip i is speaker i % speakers's.",
+                       flag_values=flag_values)
+  flags.DEFINE_list("unknown_words", [], "Also write _unknown_/: per_word clips of these words "
+                    "spoken by the same speakers, or of N built-in words other than --words "
+                    "(--unknown_words=20).", flag_values=flag_values)
+  flags.DEFINE_bool("background_noise", d.background_noise, "Also write _background_noise_/: "
+                    "noise colours, mains hum and babble.", flag_values=flag_values)
+  flags.DEFINE_float("noise_seconds", d.noise_seconds, "--background_noise: each recording's "
+                     "length.", flag_values=flag_values)
+  flags.DEFINE_integer("held_out_speakers", d.held_out_speakers, "Also write _held_out/: this "
+                       "many unseen speakers (voices, rates and pitches beyond the others') "
+                       "saying every word, all listed as test clips.", flag_values=flag_values)
+  flags.DEFINE_bool("force", False, "Write the dataset again even where --out holds it already.",
+                    flag_values=flag_values)
+  flags.DEFINE_bool("progress", True, "A progress bar on stderr.", flag_values=flag_values)

@@ -300,9 +300,10 @@ def _from_folders(params: Params) -> Manifest:
   has_lists = bool(validation or testing)
 
   rows = []
-  # Folders starting with "_" (Speech Commands' _background_noise_) or "." hold no labels.
-  labels = sorted(d.name for d in os.scandir(root)
-                  if d.is_dir() and not d.name.startswith(("_", ".")))
+  # Folders starting with "_" (Speech Commands' _background_noise_) or "." hold no labels, but
+  # _unknown_: other words (audioclf synthesize --unknown_words), the label UNKNOWN as it is.
+  labels = sorted(d.name for d in os.scandir(root) if d.is_dir() and (
+      d.name == UNKNOWN or not d.name.startswith(("_", "."))))
   for label in labels:
     for dirpath, dirnames, filenames in os.walk(os.path.join(root, label)):
       dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))

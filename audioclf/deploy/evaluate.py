@@ -8,7 +8,7 @@ audioclf.deploy.report.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -33,7 +33,9 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
     model_dir: a folder either engine trained.
     split: "train", "validation" or "test".
     params: parameters to use instead of model_dir's params.json, e.g. to
-      point at other data; the model's own fields must match. Required with
+      point at other data; the model's own fields must match. The data's
+      labels may be any of the model's (a test set without _silence_, or
+      with only some of the words), matched by name. Required with
       `saved_model` unless the SavedModel's folder holds a params.json.
     saved_model: evaluate this exported SavedModel instead of model_dir.
     report_dir: where the report goes; default <model_dir or saved_model>/eval_<split>.
@@ -51,8 +53,8 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
     report was written.
 
   Raises:
-    model_dir.ModelDirError: no trained model there, or the data's labels
-      differ from the model's.
+    model_dir.ModelDirError: no trained model there, or the data has a label
+      the model does not know.
     manifest.DataError: a group_by that the data has no values for.
   """
   if saved_model:
@@ -69,13 +71,12 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
     results = {"model_dir": model_dir, "engine": engine, "split": split, **chosen.record()}
     where = model_dir
   manifest = manifest_lib.load(params)
-  if list(manifest.labels) != labels:
-    raise model_dir_lib.ModelDirError(
-        f"the model in {where!r} knows labels {labels}, the data has {list(manifest.labels)}")
+  to_model = model_ids(labels, manifest.labels, where)
   examples = manifest.split(split)
   groups = manifest_lib.groups(params, examples, group_by) if group_by else None
   probabilities, y_true = report_lib.classify(
       predict, input_fn(params, "eval", split=split, manifest=manifest))
+  y_true = to_model[y_true]  # The data's label ids, as the model's: all that follows counts so.
   # The loss the model was compiled with, over every example at once.
   loss = keras.losses.sparse_categorical_crossentropy(y_true, probabilities)
   results.update(files=len(examples), loss=float(np.mean(loss.numpy(), dtype=np.float64)),
@@ -93,6 +94,20 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
                                          groups=groups)
     results["report_dir"] = report_dir
   return results
+
+
+def model_ids(model_labels: Sequence[str], data_labels: Sequence[str], where: str) -> np.ndarray:
+  """Each of the data's label ids as the id of the model's label of the same name.
+
+  Raises:
+    model_dir.ModelDirError: the data has labels the model does not know, naming them.
+  """
+  foreign = [label for label in data_labels if label not in model_labels]
+  if foreign:
+    raise model_dir_lib.ModelDirError(
+        f"the model in {where!r} does not know the data's labels {foreign} (it knows "
+        f"{list(model_labels)})")
+  return np.array([list(model_labels).index(label) for label in data_labels], np.int32)
 
 
 def load_saved_model(path: str, params: Optional[Params] = None

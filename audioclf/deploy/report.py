@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import os
+import re
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
@@ -83,6 +84,15 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
                                            digits=3, zero_division=0, output_dict=True)
   text = sk_metrics.classification_report(y_true, y_pred, labels=ids, target_names=list(labels),
                                           digits=3, zero_division=0)
+  present = np.unique(y_true)
+  if len(present) < len(ids):
+    # A label no example has has no recall: the macro average is over the data's labels only.
+    table["macro avg"] = dict(zip(("precision", "recall", "f1-score"), sk_metrics.
+                                  precision_recall_fscore_support(y_true, y_pred, labels=present,
+                                                                  average="macro",
+                                                                  zero_division=0)[:3]),
+                              support=len(y_true))
+    text = _with_row(text, "macro avg", table["macro avg"])
   accuracy = float(np.mean(y_pred == y_true))
   classes = {name: _row(table[name]) for name in labels}
   report = {"labels": list(labels), "examples": int(len(y_true)), "accuracy": accuracy,
@@ -199,6 +209,13 @@ def confusion_png(confusion: np.ndarray, labels: Sequence[str], title: str = "")
   buffer = io.BytesIO()
   fig.savefig(buffer, format="png")
   return buffer.getvalue()
+
+
+def _with_row(text: str, name: str, values: dict) -> str:
+  """classification_report's text with the figures of its row `name` replaced by `values`'."""
+  figures = " ".join(f"{values[k]:9.3f}" for k in ("precision", "recall", "f1-score"))
+  return re.sub(rf"^(\s*{name}) +[\d.]+ +[\d.]+ +[\d.]+", lambda m: f"{m.group(1)}  {figures}",
+                text, flags=re.M)
 
 
 def _row(values: dict) -> dict[str, float]:
