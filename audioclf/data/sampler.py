@@ -11,8 +11,10 @@ the classes the split has, so every batch holds them evenly), and its row is
 the next one of that class's own permutation, a new one each time the class
 runs out: a pure function of (seed, g) too. The draws of batch k (each
 window's offset and time shift; the augmentations: speed, pitch and tempo,
-reverberation, noise, gain and mixup, `augment`) are keyed by (seed, k), so
-those of example g are a pure function of (seed, g) for a given batch size.
+reverberation, noise, gain and mixup, `augment`) are keyed by (seed, k) and
+the name of their stream (`stream_key`), so those of example g are a pure
+function of (seed, g) for a given batch size, and no draw moves when
+another augmentation is added or removed.
 A batch is a pure function of (seeds, k, the cached clips and recordings):
 the cold pass (which meets examples one by one, `example`), the warm cut (a
 batch at a time, `batch`), a resume at step k and any parallelism give the
@@ -32,6 +34,7 @@ from __future__ import annotations
 import collections
 import copy
 import functools
+import hashlib
 import os
 import threading
 from typing import Optional
@@ -43,8 +46,6 @@ from audioclf.data import augment as augment_lib
 from audioclf.data import store as store_lib
 from audioclf.params import Params
 
-_AUGMENT = 5  # The key stream of the augmentations' draws, each a sub-stream of its own.
-_RESPONSES = 6  # The key stream of the synthetic impulse responses, drawn once.
 # Synthetic impulse responses in the bank: as many as a recorded set might
 # hold, their spectra 115 KB each for 1 s clips at 16 kHz (15 MB in all).
 SYNTHETIC_RESPONSES = 128
@@ -257,7 +258,8 @@ class Sampler:
     return tf.gather(rows, tf.gather(starts, slot) + position)
 
   def _uniform(self, k):
-    return tf.random.stateless_uniform([self.batch_size], self._key(0, k), dtype=tf.float64)
+    return tf.random.stateless_uniform([self.batch_size], self._key("window", k),
+                                       dtype=tf.float64)
 
   def train_start(self, u, length):
     return window_start(u, length, self.clip_samples, self.shift)
@@ -290,7 +292,7 @@ class Sampler:
     """`add_noise`'s draws, as the step that adds the noise."""
     k = tf.cast(k, tf.int64)
     size = tf.shape(waves)[:1]
-    stream = 1 if training else 3  # Evaluation draws apart from training's, whatever k.
+    stream = "noise" if training else "silence"  # Evaluation draws apart from training's.
     pick, level, which, where, gain = tf.unstack(tf.random.stateless_uniform(
         tf.concat([[5], size], 0), self._key(stream, k), dtype=tf.float64))
     silence = (tf.equal(labels, self.silence_label) if self.silence_label is not None
@@ -305,7 +307,8 @@ class Sampler:
     relative = tf.where(silence, 0.0, 1.0 / (noise_rms * 10.0 ** (snr_db / 20.0)))
     if self.recordings is not None:
       return self.recordings.add_step(chosen, which, where, absolute, relative, waves.shape[-1])
-    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
+    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves),
+                                                   self._key(stream + "/white", k))
     return augment_lib.noise_step(noise, chosen, absolute, relative)
 
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True,
@@ -322,14 +325,19 @@ class Sampler:
     as one program (`augment.apply`). With `scale`, `waves` are int16
     samples that the program first turns into float32 (times scale).
     """
-    k = tf.cast(k, tf.int64)
     steps = [] if scale is None else [augment_lib.scale_step(scale)]
-    steps += self._voice_and_room(waves, k) if training else []
+    return augment_lib.apply(waves, labels, steps + self.steps(waves, labels, k, training))
+
+  def steps(self, waves: tf.Tensor, labels: tf.Tensor, k,
+            training: bool = True) -> list[augment_lib.Step]:
+    """Batch k's augmentations as `augment.Step`s, every draw taken, in `augment`'s order."""
+    k = tf.cast(k, tf.int64)
+    steps = self._voice_and_room(waves, k) if training else []
     if self.mixes(training):
       steps.append(self._noise(waves, labels, k, training))
     if training:
       steps += self._gain(waves, k) + self._mixup(waves, k)
-    return augment_lib.apply(waves, labels, steps)
+    return steps
 
   def _voice_on(self) -> bool:
     return self.speed != (1.0, 1.0) or self._vocoder_on()
@@ -337,10 +345,10 @@ class Sampler:
   def _vocoder_on(self) -> bool:
     return self.semitones != (0.0, 0.0) or self.tempo != (1.0, 1.0)
 
-  def _draws(self, sub: int, k, rows: int, size) -> list[tf.Tensor]:
-    """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from sub-stream `sub`."""
+  def _draws(self, name: str, k, rows: int, size) -> list[tf.Tensor]:
+    """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from stream `name`."""
     return tf.unstack(tf.random.stateless_uniform(tf.concat([[rows], size], 0),
-                                                  self._key(_AUGMENT, k, sub)), num=rows)
+                                                  self._key(name, k)), num=rows)
 
   def _voice_and_room(self, waves, k) -> list:
     """The steps of pitch and tempo apart (a vocoder), reverberation, then speed (resampling).
@@ -371,7 +379,9 @@ class Sampler:
     """
     if not self._voice_on():
       return [], None, None
-    speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
+    size = tf.shape(waves)[:1]
+    speed, semitones, tempo, pick = (self._draws(name, k, 1, size)[0]
+                                     for name in ("speed", "pitch", "tempo", "vocoder"))
     pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
     if not self._vocoder_on():
       return [], _between(self.speed, speed) * pitch, None
@@ -395,7 +405,7 @@ class Sampler:
     """
     if not self.reverb_prob:
       return [], None
-    pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
+    pick, which = self._draws("reverb", k, 2, tf.shape(waves)[:1])
     spectra = self._responses()
     count = spectra.shape[0]
     which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
@@ -428,16 +438,17 @@ class Sampler:
       return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
     taps = augment_lib.synthetic_taps(max(self.rt60), self.sample_rate, self.clip_samples)
     count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
-    key = tf.constant([self.seed * 8 + _RESPONSES, 0], tf.int64)  # One bank for every shard.
-    spread = tf.random.stateless_uniform([count], key)
-    noise = tf.random.stateless_uniform([count, taps], key + [0, 1], -root3, root3)
+    # One bank for every shard: keyed by the seed alone.
+    spread = tf.random.stateless_uniform([count], stream_key(self.seed, "responses/rt60", 0))
+    noise = tf.random.stateless_uniform([count, taps], stream_key(self.seed, "responses/tail", 0),
+                                        -root3, root3)
     rt60 = _between(self.rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
     return augment_lib.synthetic_rirs(noise, rt60, self.sample_rate)
 
   def _gain(self, waves, k):
     if self.gain_db == (0.0, 0.0):
       return []
-    db = _between(self.gain_db, self._draws(3, k, 1, tf.shape(waves)[:1])[0])
+    db = _between(self.gain_db, self._draws("gain", k, 1, tf.shape(waves)[:1])[0])
     return [augment_lib.gain_step(db)]
 
   def _mixup(self, waves, k):
@@ -445,20 +456,32 @@ class Sampler:
     if not self.mixup_alpha:
       return []
     size = tf.shape(waves)[:1]
-    partners = tf.argsort(self._draws(4, k, 1, size)[0])
+    partners = tf.argsort(self._draws("mixup", k, 1, size)[0])
     # Beta(a, a) as the ratio of two Gamma(a) draws: one op each, keyed like every draw.
-    a, b = (tf.random.stateless_gamma(size, self._key(_AUGMENT, k, sub), alpha=self.mixup_alpha)
-            for sub in (5, 6))
+    a, b = (tf.random.stateless_gamma(size, self._key(name, k), alpha=self.mixup_alpha)
+            for name in ("mixup/a", "mixup/b"))
     weights = tf.math.divide_no_nan(a, a + b)
     return [augment_lib.mixup_step(partners, weights, self.num_classes)]
 
-  def _key(self, stream: int, k: tf.Tensor, sub: Optional[int] = None) -> tf.Tensor:
-    # Streams apart by a large stride, shards by k: each draw has its own keys.
-    # A stream's sub-streams (the augmentations', at most 8) apart by k's low bits.
+  def _key(self, name: str, k: tf.Tensor) -> tf.Tensor:
+    """The key of stream `name`'s draws for batch k: shards' batches interleave, never meet."""
     index, count = self.shard
-    at = k * count + index
-    return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
-                     at if sub is None else at * 8 + sub])
+    return stream_key(self.seed, name, k * count + index)
+
+
+def stream_id(seed: int, name: str) -> int:
+  """A stable signed 64-bit hash of (seed, stream name): the first half of the stream's keys."""
+  digest = hashlib.blake2b(f"{int(seed)}\0{name}".encode("utf-8"), digest_size=8).digest()
+  return int.from_bytes(digest, "little", signed=True)
+
+
+def stream_key(seed: int, name: str, at) -> tf.Tensor:
+  """The stateless key int64 [2] of draw `at` of stream `name`: (stream_id, at).
+
+  A stream's draws depend on its name, the seed and `at` alone, so adding or
+  removing another augmentation leaves them as they were.
+  """
+  return tf.stack([tf.constant(stream_id(seed, name), tf.int64), tf.cast(at, tf.int64)])
 
 
 @functools.lru_cache(maxsize=None)
