@@ -280,7 +280,7 @@ def test_before_the_split_is_written_a_skipped_file_stays_skipped(tmp_path, monk
 def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
   """Windows shifted off either end of their clip, wholly outside it, over empty clips."""
   import tensorflow as tf
-  from audioclf.data import sampler, store
+  from audioclf.data import store, window
   rng = np.random.default_rng(0)
   lengths = np.array([0, 1, 5, 10, 13, 30])
   index = np.stack([np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths,
@@ -301,9 +301,11 @@ def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
         if 0 <= start + k < lengths[row]:
           want[j, k] = blob[index[row, 0] + start + k] * scale
     np.testing.assert_array_equal(split.windows(rows, starts, n), want)
-    native = np.stack([sampler.window(mapped, index[r, 0], index[r, 1], s, n).numpy()
+    native = np.stack([window.cut(mapped, index[r, 0], index[r, 1], s, n).numpy()
                        for r, s in zip(rows, starts)]).astype(np.float32) * scale
     np.testing.assert_array_equal(native, want)
+    batch = window.cut(mapped, index[rows, 0], index[rows, 1], starts, n).numpy()
+    np.testing.assert_array_equal(batch.astype(np.float32) * scale, want)
 
 
 def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path):

@@ -8,6 +8,7 @@
   noise.py      background recordings, decoded once into the cache and mixed in
   rir.py        room impulse responses of --rir_dir, decoded once into the cache
   sampler.py    which clip comes when, and every random draw: pure functions of (seed, index)
+  window.py     where a clip's window lies, how it is cut and labelled: one cut for every path
   augment.py    the augmentations as in-graph ops on a batch, given the sampler's draws
   pipeline.py   input_fn: the assembly of the above
   service.py    reading training batches from a tf.data service, and what its workers hold

@@ -25,7 +25,7 @@ from audioclf.data import augment
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from audioclf.data.manifest import Example
-from audioclf.data.sampler import split_tensor, window
+from audioclf.data.window import cut, split_tensor
 from audioclf.params import Params
 
 
@@ -176,14 +176,12 @@ def _samples(source, scale: Optional[float], offset, length, start, n: int,
   """float32 [len(offset), n]: samples [start, start + n) of each recording, zero past its end."""
   if gather:
     # One gather over excerpts x n indices, which XLA makes a loop of copies.
-    at = start[:, None] + tf.range(n, dtype=tf.int64)[None, :]
-    samples = tf.where(at < length[:, None], tf.gather(
-        source, offset[:, None] + tf.minimum(at, length[:, None] - 1)), tf.zeros([], source.dtype))
+    samples = cut(source, offset, length, start, n)
   else:
     # A slice per excerpt (a copy of n samples): a third of the time of one
     # gather over batch x n indices as plain ops. (Unrolled over a static
     # batch it costs a quarter less per batch, but seconds to build.)
-    samples = tf.map_fn(lambda ols: window(source, ols[0], ols[1], ols[2], n),
+    samples = tf.map_fn(lambda ols: cut(source, ols[0], ols[1], ols[2], n),
                         tf.stack([offset, length, start], 1), fn_output_signature=source.dtype)
   samples = tf.cast(samples, tf.float32)
   return samples * scale if scale is not None else samples

@@ -28,12 +28,13 @@ from absl import logging
 
 from audioclf.compat import xla as compat_xla
 from audioclf.data import decode, exit_guard, noise, rir
+from audioclf.data import window as window_lib
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
-from audioclf.data.sampler import Recent, Sampler, split_tensor, window
+from audioclf.data.sampler import Recent, Sampler
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -365,13 +366,12 @@ def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: S
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   virtual = sampler.n - len(split.lengths)
   # PCM16 windows cross into the graph as int16 and are scaled there (`_batches`).
-  raw = split.dtype == "<i2"
   ds = _numpy_batches(params, sampler, first_batch,
                       np.concatenate([split.lengths, np.zeros(virtual, np.int64)]),
-                      functools.partial(split.windows, raw=raw), labels, len(split.lengths),
-                      tf.int16 if raw else tf.float32)
-  return _batches(ds, params, sampler, training, first_batch,
-                  store_lib.PCM16_SCALE if raw else None, batched=True)
+                      functools.partial(split.windows, raw=True), labels, len(split.lengths),
+                      window_lib.source_dtype(split))
+  return _batches(ds, params, sampler, training, first_batch, window_lib.scale_of(split),
+                  batched=True)
 
 
 def _numpy_batches(params: Params, sampler: Sampler, first_batch,
@@ -417,11 +417,9 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
                                 [batch])
     else:
       lengths = tf.gather(tf.constant(lengths_of), rows)
-    starts = sampler.train_start(u, lengths)
+    starts = sampler.start(u, lengths)
     w = tf.numpy_function(file_windows, [rows, starts], dtype, stateful=False)
-    # A file's row of length zero is one skipped as bad: label -1 marks it.
-    return tf.ensure_shape(w, [batch, n]), tf.where((lengths > 0) | (rows >= files),
-                                                    tf.gather(labels_t, rows), -1)
+    return tf.ensure_shape(w, [batch, n]), window_lib.labels(rows, lengths, labels_t, files)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS)
   return ds.map(cut, num_parallel_calls=AUTOTUNE)
@@ -436,28 +434,25 @@ def _log_skipped(split: store_lib.Split) -> None:
 def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
                  training: bool, first_batch) -> tf.data.Dataset:
   """Windows sliced out of the memory-mapped split per example: native ops only, no Python."""
-  blob, scale = split_tensor(split)
-  # Offset, length and label of each row, one gather per example. A file's
-  # row of length zero is one skipped as bad: label -1 marks it for the
-  # filter. The virtual _silence_ rows after the files are empty clips.
-  virtual = sampler.n - len(split.lengths)
-  offsets = np.concatenate([split.offsets, np.zeros(virtual, np.int64)])
-  lengths = np.concatenate([split.lengths, np.zeros(virtual, np.int64)])
-  kept = np.concatenate([split.lengths > 0, np.ones(virtual, bool)])
-  table = tf.constant(np.stack([offsets, lengths, np.where(kept, labels, -1)], 1).astype(np.int64))
-  n = params.clip_samples
+  blob, scale = window_lib.split_tensor(split)
+  table = window_lib.row_table(split, labels)
 
   @_as_is
   def cut(g):
     row, u = sampler.example(g) if training else (g, None)
-    offset, length, label = tf.unstack(tf.gather(table, row))
-    start = sampler.train_start(u, length) if training else sampler.eval_start(length)
-    return window(blob, offset, length, start, n), tf.cast(label, tf.int32)
+    return _cut_rows(sampler, blob, table, row, u)
 
   ds = _examples(sampler, training, first_batch).map(cut, num_parallel_calls=AUTOTUNE)
   if split.skipped:
     ds = ds.filter(_kept)
   return _batches(ds, params, sampler, training, first_batch, scale)
+
+
+def _cut_rows(sampler: Sampler, blob: tf.Tensor, table: tf.Tensor, rows, u):
+  """(windows, labels) of `rows` (a row or a batch) of the split `blob`, `table` its row_table."""
+  offsets, lengths, labels = tf.unstack(tf.gather(table, rows), axis=-1)
+  return (window_lib.cut(blob, offsets, lengths, sampler.start(u, lengths), sampler.clip_samples),
+          tf.cast(labels, tf.int32))
 
 
 def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
@@ -475,24 +470,14 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
   float32) and are scaled here. Batches arrive in the order the workers
   finish them.
   """
-  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
-  table = tf.constant(np.stack([split.offsets, split.lengths,
-                                np.where(split.lengths > 0, labels, -1)], 1).astype(np.int64))
-  path, samples, n = split.data_path, max(split.samples, 1), params.clip_samples
+  table = window_lib.row_table(split, labels)
 
   @_as_is
   def cut(k):
     rows, u = sampler.batch(k)
-    offsets, lengths, y = tf.unstack(tf.gather(table, rows), axis=1)
-    starts = sampler.train_start(u, lengths)
-    # The split mapped inside the worker's function (a tensor made here would
-    # travel in the graph, whole), then one gather for the batch.
-    blob = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[samples], memory_region_name=path)
-    at = starts[:, None] + tf.range(n, dtype=tf.int64)[None, :]
-    inside = (at >= 0) & (at < lengths[:, None])
-    w = tf.where(inside, tf.gather(blob, offsets[:, None] + tf.clip_by_value(
-        at, 0, tf.maximum(lengths[:, None] - 1, 0))), tf.zeros([], dtype))
-    return w, tf.cast(y, tf.int32), k
+    # The split mapped inside the worker's function: a tensor made here would travel in the graph.
+    blob, _ = window_lib.split_tensor(split)
+    return (*_cut_rows(sampler, blob, table, rows, u), k)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS).map(
       cut, num_parallel_calls=AUTOTUNE)
@@ -503,7 +488,7 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
     ds = ds.map(_as_is(lambda w, y, k: (w, y, tf.fill(tf.shape(y), k)))).unbatch()
     ds = ds.filter(_as_is(lambda w, y, k: y >= 0)).batch(params.batch_size, drop_remainder=True)
     ds = ds.map(_as_is(lambda w, y, k: (w, y, k[0])))
-  scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
+  scale = window_lib.scale_of(split)
   if sampler.augments(True):
     # The workers augment too (the costliest part of the pipeline), batch k by
     # k's draws whatever order the batches arrive in.
@@ -568,9 +553,8 @@ def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sa
             else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
       clip, length = sampler.decoded_window(samples, u if training else None)
-      # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
-      kept = (length > 0) | (row >= files) if n > files else length > 0
-      return clip, tf.where(kept, tf.gather(labels_t, row), -1)
+      # A file skipped as bad decodes to no samples, as the cache holds it.
+      return clip, window_lib.labels(row, length, labels_t, files)
 
   return decode_one
 

@@ -21,7 +21,7 @@ batch at a time, `batch`), a resume at step k and any parallelism give the
 same bits.
 
 Evaluation reads rows 0 .. n-1 in order and takes each clip's centre window,
-as predict does (`center_start`). Its only noise is that of the _silence_
+as predict does (`window.center_start`). Its only noise is that of the _silence_
 clips, drawn per evaluation batch from keys of their own: every evaluation
 of a split sees the same silence clips.
 
@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from audioclf.data import augment as augment_lib
-from audioclf.data import store as store_lib
+from audioclf.data import window as window_lib
 from audioclf.params import Params
 
 # Synthetic impulse responses in the bank: as many as a recorded set might
@@ -51,64 +51,9 @@ from audioclf.params import Params
 SYNTHETIC_RESPONSES = 128
 
 
-def center_start(length, n: int):
-  """Where the centre window of `n` samples starts in a clip of `length`; 0 for a short clip."""
-  return tf.maximum(length - n, 0) // 2
-
-
-def window_start(u, length, n: int, shift: int):
-  """A training window's start: uniform over [-shift, max(length - n, 0) + shift] by `u` in [0, 1).
-
-  The window may begin up to `shift` samples before the clip and end up to
-  `shift` after it (time shift); a clip longer than the window is cut at a
-  random offset. int64, elementwise.
-  """
-  span = tf.maximum(tf.cast(length, tf.int64) - n, 0) + (2 * shift + 1)
-  # float64 -> int64 truncates, which is floor for u * span >= 0.
-  return tf.minimum(tf.cast(u * tf.cast(span, tf.float64), tf.int64), span - 1) - shift
-
-
-def window(source: tf.Tensor, offset, length, start, n: int) -> tf.Tensor:
-  """Samples [start, start + n) of the clip at source[offset:offset + length], zero outside it.
-
-  Slices first and pads only the slice: a 5 s clip is never padded to cut 1 s.
-  The cold pass cuts decoded clips (offset 0) and the warm pass the
-  memory-mapped split with it, so both give the same samples.
-  """
-  # Few ops: this runs per example, and building a dataset traces it.
-  source = tf.convert_to_tensor(source)
-  length, start = (tf.cast(x, tf.int64) for x in (length, start))
-  lo = tf.minimum(tf.maximum(start, 0), length)
-  hi = tf.minimum(tf.maximum(start + n, lo), length)
-  # A window wholly past either end of its clip has lo == hi: it is all padding.
-  left = tf.minimum(tf.maximum(lo - start, 0), n)
-  if isinstance(offset, int) and offset == 0:  # A decoded clip (the cold pass): no adds.
-    piece = source[lo:hi]
-  else:
-    offset = tf.cast(offset, tf.int64)
-    piece = source[offset + lo:offset + hi]
-  return tf.ensure_shape(tf.pad(piece, tf.reshape(tf.stack([left, n - left - (hi - lo)]), [1, 2])),
-                         [n])
-
-
 # White noise where there are no background recordings: its level only
 # matters for _silence_ clips, whose gain is absolute (-20 dBFS at most).
 WHITE_RMS = 0.1
-
-
-def split_tensor(split) -> tuple[tf.Tensor, Optional[float]]:
-  """A cache split's samples as one tensor (the `source` of `window`), and the scale to float.
-
-  Memory-mapped: the page cache is the only copy. PCM16 splits come as int16
-  with libsndfile's scale (exact, a power of two) to apply once per batch.
-  """
-  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
-  if split.samples:
-    source = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[split.samples],
-                                       memory_region_name=split.data_path)
-  else:
-    source = tf.zeros([0], dtype)
-  return source, (store_lib.PCM16_SCALE if dtype == tf.int16 else None)
 
 
 class Sampler:
@@ -190,7 +135,7 @@ class Sampler:
     """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
 
     `u` picks each window's start once the clip's length is known
-    (`window_start`): the cold pass knows it only after decoding.
+    (`start`): the cold pass knows it only after decoding.
     """
     return self._batch_fn(tf.cast(k, tf.int64))
 
@@ -261,11 +206,12 @@ class Sampler:
     return tf.random.stateless_uniform([self.batch_size], self._key("window", k),
                                        dtype=tf.float64)
 
-  def train_start(self, u, length):
-    return window_start(u, length, self.clip_samples, self.shift)
+  def start(self, u, length):
+    """Where windows of clips of `length` start: drawn by `u` in training, or (u None) centred."""
+    return window_lib.start(u, length, self.clip_samples, self.shift)
 
   def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
-    """(window, length) of a decoded clip: at `train_start(u, ...)`, or without u its centre.
+    """(window, length) of a decoded clip: at `start(u, ...)`, or without u its centre.
 
     Traced once per (window, shift) and process (`_traced_window`): the cold
     pass builds it into the function every example runs.
@@ -273,9 +219,6 @@ class Sampler:
     if u is None:
       return _traced_window(self.clip_samples, self.shift, False)(samples)
     return _traced_window(self.clip_samples, self.shift, True)(samples, u)
-
-  def eval_start(self, length):
-    return center_start(tf.cast(length, tf.int64), self.clip_samples)
 
   def add_noise(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True) -> tf.Tensor:
     """Noise under the examples of batch k ([batch, clip_samples] float32; labels [batch]).
@@ -491,8 +434,8 @@ def _traced_window(n: int, shift: int, training: bool):
 
   def cut(source, u=None):
     length = tf.size(source, out_type=tf.int64)
-    start = window_start(u, length, n, shift) if training else center_start(length, n)
-    return window(source, 0, length, start, n), length
+    start = window_lib.start(u if training else None, length, n, shift)
+    return window_lib.cut(source, 0, length, start, n), length
 
   signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
   return tf.function(cut, input_signature=signature, autograph=False)

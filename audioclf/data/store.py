@@ -61,7 +61,10 @@ SCHEMA = "audioclf.split"
 # Bump when a file format changes: the decode key changes with it, old folders are ignored.
 # 5: entries end with a CRC-32 of their fingerprint and samples.
 FORMAT = 5
-DTYPES = ("<i2", "<f4")
+PCM16, FLOAT32 = "<i2", "<f4"  # A split's samples: int16 where every file is canonical PCM16.
+DTYPES = (PCM16, FLOAT32)
+# A file skipped as bad under on_bad_file="skip" is a row of no samples; its examples get label -1.
+SKIPPED_LENGTH = 0
 PCM16_SCALE = np.float32(1 / 32768)  # As libsndfile scales PCM16; exact (a power of two).
 
 
@@ -248,9 +251,9 @@ class Split:
   def windows(self, rows: np.ndarray, starts: np.ndarray, n: int, raw: bool = False) -> np.ndarray:
     """float32 [len(rows), n]: samples [start, start + n) of each clip, zero outside it.
 
-    The numpy twin of `window.native_windows`, for the continuation of a cold
-    run, whose split did not exist when its graph was built. The same copy and
-    the same scale: the same bits. `raw`: in the split's own dtype, unscaled
+    The numpy twin of `window.cut` (one call per batch), for the warm cut and
+    the continuation of a cold run, whose split did not exist when its graph
+    was built. The same copy and the same scale: the same bits. `raw`: in the split's own dtype, unscaled
     (int16 for PCM16: half the bytes, and a copy with no conversion).
     """
     # Plain ndarray slices: a np.memmap's cost about twice as much (its subclass hooks).
