@@ -36,13 +36,13 @@ def user_error(error: BaseException) -> Optional[str]:
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
 
-  from audioclf.data import decode, manifest, store
+  from audioclf.data import cache_format, decode, manifest
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
 
   if isinstance(error, tf.errors.OpError):
     error = (decode.BadAudioError.from_text(error.message)
-             or store.CacheWriteError.from_text(error.message) or error)
+             or cache_format.CacheWriteError.from_text(error.message) or error)
   if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
                         decode.BadAudioError, OSError)):
     return str(error).removeprefix("audioclf: ")

@@ -3,7 +3,10 @@
   manifest.py   which files exist, their labels and splits (folders or a CSV)
   decode.py     soundfile + soxr decoding, the native WAV fast path, BadAudioError
   keys.py       what a file is: content fingerprints, remembered by stat on this host
-  store.py      the cache's files: format, names, writes, the checks a split passes on open
+  pcm.py        PCM16 samples: their dtype and their scale to float32
+  cache_format.py  the cache's files and names, a split as opened, and the checks it passes
+  store.py      Store: names, writes and opens the cache files of one set of decode parameters
+  cache_maintenance.py  info, verify and prune: what the cache command does
   fill.py       filling a split (Fill), and fill(): every split ahead of time
   noise.py      background recordings, decoded once into the cache and mixed in
   rir.py        room impulse responses of --rir_dir, decoded once into the cache
@@ -14,5 +17,5 @@
   service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it
 
-`manifest`, `store`, `keys` and `fill` need no TensorFlow.
+`manifest`, `keys`, `pcm`, `cache_format`, `store` and `cache_maintenance` need no TensorFlow.
 """

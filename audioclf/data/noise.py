@@ -22,6 +22,7 @@ from absl import logging
 
 from audioclf.compat import xla as compat_xla
 from audioclf.data import augment
+from audioclf.data import cache_format
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from audioclf.data.manifest import Example
@@ -34,7 +35,7 @@ class Recordings:
 
   def __init__(self, source: tf.Tensor, offsets: np.ndarray, lengths: np.ndarray,
                scale: Optional[float], rms: np.ndarray, peaks: Optional[np.ndarray] = None,
-               split: Optional[store_lib.Split] = None):
+               split: Optional[cache_format.Split] = None):
     self._source, self.scale = source, scale
     self._split = split  # The cache split `source` maps, if any (`mapped`).
     self._mapped = False

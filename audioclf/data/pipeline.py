@@ -27,11 +27,11 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf.compat import xla as compat_xla
-from audioclf.data import decode, exit_guard, noise, rir
-from audioclf.data import window as window_lib
+from audioclf.data import cache_format, decode, exit_guard, noise, rir
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
+from audioclf.data import window as window_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
 from audioclf.data.sampler import Recent, Sampler
@@ -177,7 +177,7 @@ class _SplitRows:
   store: store_lib.Store
   fingerprints: list  # The files' content keys.
   base: str  # The split's name in the cache.
-  cached: Optional[store_lib.Split]  # The split as cached, or None where it is not yet.
+  cached: Optional[cache_format.Split]  # The split as cached, or None where it is not yet.
 
   @classmethod
   def of(cls, params: Params, manifest: Manifest, split: str) -> _SplitRows:
@@ -355,7 +355,7 @@ def _features(sampler: Sampler, training: bool, scale: Optional[float], w, y, k=
   return {"waveform": w}, y
 
 
-def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _warm(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
           training: bool, first_batch) -> tf.data.Dataset:
   """Batches cut out of the memory-mapped split, one numpy call per batch (`Split.windows`)."""
   _log_skipped(split)
@@ -425,13 +425,13 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
   return ds.map(cut, num_parallel_calls=AUTOTUNE)
 
 
-def _log_skipped(split: store_lib.Split) -> None:
+def _log_skipped(split: cache_format.Split) -> None:
   if split.skipped:
     logging.info("audioclf: %d bad files were skipped when this split was cached",
                  len(split.skipped))
 
 
-def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _warm_native(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
                  training: bool, first_batch) -> tf.data.Dataset:
   """Windows sliced out of the memory-mapped split per example: native ops only, no Python."""
   blob, scale = window_lib.split_tensor(split)
@@ -455,7 +455,7 @@ def _cut_rows(sampler: Sampler, blob: tf.Tensor, table: tf.Tensor, rows, u):
           tf.cast(labels, tf.int32))
 
 
-def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _served(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
             first_batch) -> tf.data.Dataset:
   """Training batches from the tf.data service at params.data_service (see audioclf.data.service).
 

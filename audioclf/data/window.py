@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from audioclf.data import store as store_lib
+from audioclf.data import cache_format
 
 
 def center_start(length, n: int):
@@ -79,11 +79,11 @@ def labels(rows, lengths, row_labels: tf.Tensor, files: int) -> tf.Tensor:
 
   Rows from `files` on are virtual _silence_ clips, empty and kept.
   """
-  kept = tf.not_equal(lengths, store_lib.SKIPPED_LENGTH) | (rows >= files)
+  kept = tf.not_equal(lengths, cache_format.SKIPPED_LENGTH) | (rows >= files)
   return tf.where(kept, tf.gather(row_labels, rows), -1)
 
 
-def row_table(split: store_lib.Split, row_labels: np.ndarray) -> tf.Tensor:
+def row_table(split: cache_format.Split, row_labels: np.ndarray) -> tf.Tensor:
   """int64 [rows, 3]: each row's offset, length and label (-1 skipped) in `split`, one gather each.
 
   `row_labels` may run past the split's files: those virtual _silence_ rows
@@ -92,12 +92,12 @@ def row_table(split: store_lib.Split, row_labels: np.ndarray) -> tf.Tensor:
   virtual = len(row_labels) - len(split.lengths)
   offsets = np.concatenate([split.offsets, np.zeros(virtual, np.int64)])
   lengths = np.concatenate([split.lengths, np.zeros(virtual, np.int64)])
-  kept = np.concatenate([split.lengths != store_lib.SKIPPED_LENGTH, np.ones(virtual, bool)])
+  kept = np.concatenate([split.lengths != cache_format.SKIPPED_LENGTH, np.ones(virtual, bool)])
   return tf.constant(np.stack([offsets, lengths, np.where(kept, row_labels, -1)],
                               1).astype(np.int64))
 
 
-def split_tensor(split: store_lib.Split) -> tuple[tf.Tensor, Optional[float]]:
+def split_tensor(split: cache_format.Split) -> tuple[tf.Tensor, Optional[float]]:
   """A cache split's samples as one tensor (the `source` of `cut`), and the scale to float.
 
   Memory-mapped: the page cache is the only copy. PCM16 splits come as int16
@@ -112,11 +112,11 @@ def split_tensor(split: store_lib.Split) -> tuple[tf.Tensor, Optional[float]]:
   return source, scale_of(split)
 
 
-def source_dtype(split: store_lib.Split) -> tf.DType:
+def source_dtype(split: cache_format.Split) -> tf.DType:
   """The TensorFlow dtype of a split's samples as cached."""
-  return tf.int16 if split.dtype == store_lib.PCM16 else tf.float32
+  return tf.int16 if split.dtype == cache_format.PCM16 else tf.float32
 
 
-def scale_of(split: store_lib.Split) -> Optional[float]:
+def scale_of(split: cache_format.Split) -> Optional[float]:
   """What turns the split's cached samples into float32: PCM16's scale, or None."""
-  return store_lib.PCM16_SCALE if split.dtype == store_lib.PCM16 else None
+  return cache_format.PCM16_SCALE if split.dtype == cache_format.PCM16 else None
