@@ -175,6 +175,11 @@ class Split:
     return self.index[:, 1]
 
   @property
+  def kept(self) -> np.ndarray:
+    """bool per row: whether its file was kept, not skipped as bad (`SKIPPED_LENGTH`)."""
+    return self.lengths != SKIPPED_LENGTH
+
+  @property
   def offsets(self) -> np.ndarray:
     return self.index[:, 0]
 

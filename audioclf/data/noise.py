@@ -104,7 +104,7 @@ class Recordings:
     split, job = fill_lib.fill_examples(store, examples, params, name=name,
                                         read_only_decode=False)
     if split is not None:
-      keep = np.flatnonzero(split.lengths > 0)
+      keep = np.flatnonzero(split.kept)
       offsets, lengths = split.offsets[keep], split.lengths[keep]
       source, scale = split_tensor(split)
       clips = [split.raw(i) for i in keep]

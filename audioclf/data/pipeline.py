@@ -60,10 +60,10 @@ _as_is = tf.autograph.experimental.do_not_convert
 
 
 @_as_is
-def _kept(w, y):
-  """Whether an example is kept: not a file skipped as bad, whose label is -1."""
-  del w
-  return y >= 0
+def _kept(w, y, k=None):
+  """Whether an example is kept: not a file skipped as bad (`window.labels`)."""
+  del w, k
+  return y != window_lib.SKIPPED_LABEL
 
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
@@ -286,7 +286,7 @@ def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
   if cached is None:
     raise manifest_lib.DataError(f"the {split!r} split is not in the cache {store.root!r}; "
                                  "fill it first (pipeline.fill_cache)")
-  return int(np.count_nonzero(cached.lengths > 0))
+  return int(np.count_nonzero(cached.kept))
 
 
 def every_file_read(params: Params, manifest: Manifest, split: str = "train") -> Optional[bool]:
@@ -486,7 +486,7 @@ def _served(params: Params, split: cache_format.Split, labels: np.ndarray, sampl
     # batch numbered by its first example's (a worker's batches start in
     # different ones: each runs to the end of the one it starts in, or past).
     ds = ds.map(_as_is(lambda w, y, k: (w, y, tf.fill(tf.shape(y), k)))).unbatch()
-    ds = ds.filter(_as_is(lambda w, y, k: y >= 0)).batch(params.batch_size, drop_remainder=True)
+    ds = ds.filter(_kept).batch(params.batch_size, drop_remainder=True)
     ds = ds.map(_as_is(lambda w, y, k: (w, y, k[0])))
   scale = window_lib.scale_of(split)
   if sampler.augments(True):

@@ -25,10 +25,10 @@ from absl import logging
 from audioclf import files
 from audioclf.data import cache_format
 from audioclf.data import keys as keys_lib
-from audioclf.data.cache_format import (ENTRY, FLOAT32, FORMAT, KEYS, PCM16, SCHEMA, SKIPPED_LENGTH,
-                                        CacheWriteError, DamagedSplitError, NotNative, Split,
-                                        check_files, data_path, index_path, keys_path,
-                                        marker_path)
+from audioclf.data.cache_format import (ENTRY, FLOAT32, FORMAT, KEYS, PCM16, SCHEMA,
+                                        SKIPPED_LENGTH, CacheWriteError, DamagedSplitError,
+                                        NotNative, Split, check_files, data_path, index_path,
+                                        keys_path, marker_path)
 
 
 def _touch(path: str) -> None:

@@ -74,17 +74,20 @@ def _one(source, offset, length, start_, n: int) -> tf.Tensor:
                          [n])
 
 
+SKIPPED_LABEL = -1  # The label of an example whose file was skipped as bad: filters drop it.
+
+
 def labels(rows, lengths, row_labels: tf.Tensor, files: int) -> tf.Tensor:
-  """Each row's label, -1 for a file skipped as bad (`store.SKIPPED_LENGTH`): what filters drop.
+  """Each row's label, SKIPPED_LABEL for a file skipped as bad (`cache_format.SKIPPED_LENGTH`).
 
   Rows from `files` on are virtual _silence_ clips, empty and kept.
   """
   kept = tf.not_equal(lengths, cache_format.SKIPPED_LENGTH) | (rows >= files)
-  return tf.where(kept, tf.gather(row_labels, rows), -1)
+  return tf.where(kept, tf.gather(row_labels, rows), SKIPPED_LABEL)
 
 
 def row_table(split: cache_format.Split, row_labels: np.ndarray) -> tf.Tensor:
-  """int64 [rows, 3]: each row's offset, length and label (-1 skipped) in `split`, one gather each.
+  """int64 [rows, 3]: each row's offset, length and label (`labels`) in `split`: one gather each.
 
   `row_labels` may run past the split's files: those virtual _silence_ rows
   are empty clips.
@@ -92,8 +95,8 @@ def row_table(split: cache_format.Split, row_labels: np.ndarray) -> tf.Tensor:
   virtual = len(row_labels) - len(split.lengths)
   offsets = np.concatenate([split.offsets, np.zeros(virtual, np.int64)])
   lengths = np.concatenate([split.lengths, np.zeros(virtual, np.int64)])
-  kept = np.concatenate([split.lengths != cache_format.SKIPPED_LENGTH, np.ones(virtual, bool)])
-  return tf.constant(np.stack([offsets, lengths, np.where(kept, row_labels, -1)],
+  kept = np.concatenate([split.kept, np.ones(virtual, bool)])
+  return tf.constant(np.stack([offsets, lengths, np.where(kept, row_labels, SKIPPED_LABEL)],
                               1).astype(np.int64))
 
 
