@@ -34,7 +34,8 @@ from audioclf.data import store as store_lib
 from audioclf.data import window as window_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
-from audioclf.data.sampler import Recent, Sampler
+from audioclf.data.recent import Recent
+from audioclf.data.sampler import Sampler
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE

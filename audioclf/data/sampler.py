@@ -31,18 +31,17 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 
 from __future__ import annotations
 
-import collections
 import copy
 import functools
 import hashlib
 import os
-import threading
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from audioclf.data import augment as augment_lib
+from audioclf.data.recent import Recent
 from audioclf.data import window as window_lib
 from audioclf.params import Params
 
@@ -93,16 +92,11 @@ class Sampler:
     # No shuffle seed: another order every run, as asked; the draws stay keyed by params.seed.
     self.order_seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.seed = int(params.seed)
-    self.noise_prob, self.snr_db = params.noise_prob, params.noise_snr_db
-    self.recordings, self.silence_label = recordings, silence_label
-    self.sample_rate = params.sample_rate
-    self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
-    self.semitones, self.vocoder_prob = params.pitch_shift_semitones, params.pitch_tempo_prob
-    self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
+    self.params = params  # Its augmentations' fields, read by their Params names.
+    self.recordings, self.silence_label, self.rirs = recordings, silence_label, rirs
     self._spectra = None  # The impulse responses' spectra, made at first use (`_responses`).
-    self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
     self.num_classes = num_classes
-    if self.mixup_alpha and not num_classes:
+    if params.mixup_alpha and not num_classes:
       raise ValueError("mixup needs num_classes: its labels are soft, one value per class")
     self.classes = None
     if params.balanced_sampler:
@@ -112,7 +106,7 @@ class Sampler:
 
   def mixes(self, training: bool) -> bool:
     """Whether batches of this stream get noise (`add_noise`) at all."""
-    return (training and self.noise_prob > 0) or self.silence_label is not None
+    return (training and self.params.noise_prob > 0) or self.silence_label is not None
 
   def mapped(self) -> "Sampler":
     """This sampler for a graph that runs on another host (a tf.data service worker's).
@@ -128,8 +122,8 @@ class Sampler:
   def augments(self, training: bool) -> bool:
     """Whether `augment` changes batches of this stream at all (else it need not run)."""
     return self.mixes(training) or (training and (
-        self._voice_on() or self.reverb_prob > 0 or self.gain_db != (0.0, 0.0)
-        or self.mixup_alpha > 0))
+        self._voice_on() or self.params.reverb_prob > 0 or self.params.gain_db != (0.0, 0.0)
+        or self.params.mixup_alpha > 0))
 
   def batch(self, k) -> tuple[tf.Tensor, tf.Tensor]:
     """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
@@ -240,8 +234,8 @@ class Sampler:
         tf.concat([[5], size], 0), self._key(stream, k), dtype=tf.float64))
     silence = (tf.equal(labels, self.silence_label) if self.silence_label is not None
                else tf.zeros(size, tf.bool))
-    chosen = (silence | (pick < self.noise_prob)) if training else silence
-    low, high = self.snr_db
+    chosen = (silence | (pick < self.params.noise_prob)) if training else silence
+    low, high = self.params.noise_snr_db
     snr_db = tf.cast(low + level * (high - low), tf.float32)
     # The level of the recording, not of the excerpt: a quiet passage stays quiet.
     noise_rms = WHITE_RMS if self.recordings is None else self.recordings.rms(which)
@@ -283,10 +277,11 @@ class Sampler:
     return steps
 
   def _voice_on(self) -> bool:
-    return self.speed != (1.0, 1.0) or self._vocoder_on()
+    return self.params.speed_perturb != (1.0, 1.0) or self._vocoder_on()
 
   def _vocoder_on(self) -> bool:
-    return self.semitones != (0.0, 0.0) or self.tempo != (1.0, 1.0)
+    p = self.params
+    return p.pitch_shift_semitones != (0.0, 0.0) or p.tempo_perturb != (1.0, 1.0)
 
   def _draws(self, name: str, k, rows: int, size) -> list[tf.Tensor]:
     """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from stream `name`."""
@@ -325,17 +320,17 @@ class Sampler:
     size = tf.shape(waves)[:1]
     speed, semitones, tempo, pick = (self._draws(name, k, 1, size)[0]
                                      for name in ("speed", "pitch", "tempo", "vocoder"))
-    pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
+    pitch = 2.0 ** (_between(self.params.pitch_shift_semitones, semitones) / 12.0)
     if not self._vocoder_on():
-      return [], _between(self.speed, speed) * pitch, None
-    chosen = pick < self.vocoder_prob
+      return [], _between(self.params.speed_perturb, speed) * pitch, None
+    chosen = pick < self.params.pitch_tempo_prob
     pitch = tf.where(chosen, pitch, 1.0)
-    factors = _between(self.speed, speed) * pitch
+    factors = _between(self.params.speed_perturb, speed) * pitch
     # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
-    steps = [augment_lib.stretch_step(_between(self.tempo, tempo) / pitch,
-                                      augment_lib.vocoder_frame(self.sample_rate), chosen,
+    steps = [augment_lib.stretch_step(_between(self.params.tempo_perturb, tempo) / pitch,
+                                      augment_lib.vocoder_frame(self.params.sample_rate), chosen,
                                       1.0 / factors)]
-    if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
+    if (self.params.speed_perturb, self.params.pitch_shift_semitones) == ((1.0, 1.0), (0.0, 0.0)):
       return steps, None, None
     return steps, factors, chosen
 
@@ -346,13 +341,13 @@ class Sampler:
     only the chosen examples are (the FFTs are most of the cost). With the
     resampling's `factors`, their low-pass too (cutoff 1 / factor).
     """
-    if not self.reverb_prob:
+    if not self.params.reverb_prob:
       return [], None
     pick, which = self._draws("reverb", k, 2, tf.shape(waves)[:1])
     spectra = self._responses()
     count = spectra.shape[0]
     which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
-    chosen = pick < self.reverb_prob
+    chosen = pick < self.params.reverb_prob
     cutoff = None if factors is None else 1.0 / factors
     return [augment_lib.reverberate_step(spectra, which, chosen, cutoff)], chosen
 
@@ -379,29 +374,30 @@ class Sampler:
       count = self.rirs.count
       which = (tf.range(count, dtype=tf.float32) + 0.5) / count
       return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
-    taps = augment_lib.synthetic_taps(max(self.rt60), self.sample_rate, self.clip_samples)
+    taps = augment_lib.synthetic_taps(max(self.params.reverb_rt60), self.params.sample_rate,
+                                      self.clip_samples)
     count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
     # One bank for every shard: keyed by the seed alone.
     spread = tf.random.stateless_uniform([count], stream_key(self.seed, "responses/rt60", 0))
     noise = tf.random.stateless_uniform([count, taps], stream_key(self.seed, "responses/tail", 0),
                                         -root3, root3)
-    rt60 = _between(self.rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
-    return augment_lib.synthetic_rirs(noise, rt60, self.sample_rate)
+    rt60 = _between(self.params.reverb_rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
+    return augment_lib.synthetic_rirs(noise, rt60, self.params.sample_rate)
 
   def _gain(self, waves, k):
-    if self.gain_db == (0.0, 0.0):
+    if self.params.gain_db == (0.0, 0.0):
       return []
-    db = _between(self.gain_db, self._draws("gain", k, 1, tf.shape(waves)[:1])[0])
+    db = _between(self.params.gain_db, self._draws("gain", k, 1, tf.shape(waves)[:1])[0])
     return [augment_lib.gain_step(db)]
 
   def _mixup(self, waves, k):
     """Each example mixed with a partner of its batch (a drawn permutation), by Beta(a, a)."""
-    if not self.mixup_alpha:
+    if not self.params.mixup_alpha:
       return []
     size = tf.shape(waves)[:1]
     partners = tf.argsort(self._draws("mixup", k, 1, size)[0])
     # Beta(a, a) as the ratio of two Gamma(a) draws: one op each, keyed like every draw.
-    a, b = (tf.random.stateless_gamma(size, self._key(name, k), alpha=self.mixup_alpha)
+    a, b = (tf.random.stateless_gamma(size, self._key(name, k), alpha=self.params.mixup_alpha)
             for name in ("mixup/a", "mixup/b"))
     weights = tf.math.divide_no_nan(a, a + b)
     return [augment_lib.mixup_step(partners, weights, self.num_classes)]
@@ -439,28 +435,6 @@ def _traced_window(n: int, shift: int, training: bool):
 
   signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
   return tf.function(cut, input_signature=signature, autograph=False)
-
-
-class Recent:
-  """The last `size` values put, by key: a bounded memo that threads may share."""
-
-  def __init__(self, size: int):
-    self._size, self._items = size, collections.OrderedDict()
-    self._lock = threading.Lock()
-
-  def get(self, key):
-    with self._lock:
-      value = self._items.get(key)
-      if value is not None:
-        self._items.move_to_end(key)
-      return value
-
-  def put(self, key, value) -> None:
-    with self._lock:
-      self._items[key] = value
-      self._items.move_to_end(key)
-      while len(self._items) > self._size:
-        self._items.popitem(last=False)
 
 
 # `Sampler.batch`, traced, by the numbers it depends on: a process keeps a few.
