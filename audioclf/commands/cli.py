@@ -29,20 +29,21 @@ def user_error(error: BaseException) -> Optional[str]:
   file and a file the system refuses (missing, unreadable, disk full). A bad
   file or a full cache disk met inside the tf.data pipeline arrives as
   TensorFlow's error, its message holding the BadAudioError's (or the
-  CacheWriteError's) text under TensorFlow's frames; it is read back from it.
+  CacheWriteError's) text (`graph_errors`); it is read back from it.
   """
   # Imported here, not at the top: `--help` needs no TensorFlow, and by the
   # time a command fails, TensorFlow is loaded anyway.
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
 
-  from audioclf.data import cache_format, decode, manifest
+  from audioclf.data import cache_format, decode, graph_errors, manifest
   from audioclf.model import model_dir
   # pylint: enable=g-import-not-at-top
 
   if isinstance(error, tf.errors.OpError):
-    error = (decode.BadAudioError.from_text(error.message)
-             or cache_format.CacheWriteError.from_text(error.message) or error)
+    text = graph_errors.message(error.message)
+    error = (decode.BadAudioError.from_text(text) or cache_format.CacheWriteError.from_text(text)
+             or error)
   if isinstance(error, (ParamError, manifest.DataError, model_dir.ModelDirError,
                         decode.BadAudioError, OSError)):
     return str(error).removeprefix("audioclf: ")

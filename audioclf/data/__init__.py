@@ -17,6 +17,7 @@
   recent.py     Recent: a bounded memo of the last values, by key (input_fn's built datasets)
   service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it
+  graph_errors.py  a bad file or a full cache met in the pipeline's Python, carried out as a value
 
 `manifest`, `keys`, `pcm`, `cache_format`, `store` and `cache_maintenance` need no TensorFlow.
 """

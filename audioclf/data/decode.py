@@ -31,8 +31,8 @@ class BadAudioError(ValueError):
   def from_text(cls, text: str) -> Optional["BadAudioError"]:
     """The first BadAudioError whose text `text` holds, or None.
 
-    A BadAudioError raised inside tf.numpy_function reaches the caller as a
-    tf.errors.OpError whose message holds this text among TensorFlow's.
+    A BadAudioError met inside the pipeline reaches the caller as a
+    tf.errors.OpError whose message holds this text (`graph_errors.message`).
     """
     match = _BAD_AUDIO.search(text)
     return cls(ast.literal_eval(match.group(1)), match.group(2)) if match else None

@@ -27,7 +27,7 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf.compat import xla as compat_xla
-from audioclf.data import cache_format, decode, exit_guard, noise, rir
+from audioclf.data import cache_format, decode, exit_guard, graph_errors, noise, rir
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
@@ -414,12 +414,12 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
   def cut(k):
     rows, u = sampler.batch(k)
     if callable(lengths_of):
-      lengths = tf.ensure_shape(tf.numpy_function(file_lengths, [rows], tf.int64, stateful=False),
-                                [batch])
+      lengths = tf.ensure_shape(graph_errors.numpy_call(file_lengths, [rows], tf.int64,
+                                                        stateful=False), [batch])
     else:
       lengths = tf.gather(tf.constant(lengths_of), rows)
     starts = sampler.start(u, lengths)
-    w = tf.numpy_function(file_windows, [rows, starts], dtype, stateful=False)
+    w = graph_errors.numpy_call(file_windows, [rows, starts], dtype, stateful=False)
     return tf.ensure_shape(w, [batch, n]), window_lib.labels(rows, lengths, labels_t, files)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS)
@@ -605,7 +605,7 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
                    lambda: tf.constant(b""))
 
   def soundfile_decode(row):
-    return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
+    return graph_errors.numpy_call(fill.decode, [row], tf.float32)
 
   def decode_file(row):
     # Canonical PCM16 mono WAVs at the target rate decode natively, in
@@ -632,8 +632,8 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
     else:
       pending = tf.zeros([0], tf.int64)
     # _silence_ rows (files on) have no file.
-    return tf.numpy_function(lambda rows: fill.finish(training, rows[rows < files]), [pending],
-                             tf.int64, stateful=True)
+    return graph_errors.numpy_call(lambda rows: fill.finish(training, rows[rows < files]),
+                                   [pending], tf.int64)
 
   return finish
 
