@@ -473,9 +473,8 @@ def item_types() -> dict[str, type]:
 
 _TYPES = field_types()
 _ITEMS = item_types()
-# min,max: a single value v means v,v.
-_RANGES = {"noise_snr_db", "speed_perturb", "pitch_shift_semitones", "tempo_perturb",
-           "reverb_rt60", "gain_db"}
+# The min,max fields (their rule's size is 2): a single value v means v,v.
+_RANGES = frozenset(f.name for f in dataclasses.fields(Params) if f.metadata["rule"].size == 2)
 
 
 def _as_tuple(value: Any, item: type, is_range: bool) -> Any:

@@ -261,3 +261,57 @@ def test_a_rir_folder_is_decoded_once_into_the_cache_and_convolved(words, tmp_pa
     np.testing.assert_allclose(w, echo, atol=2e-4)
   with pytest.raises(manifest_lib.DataError, match="rir_dir"):
     audioclf.input_fn(params.replace(rir_dir=str(tmp_path / "nowhere")), "train")
+
+
+_EVERY = dict(speed_perturb=(0.9, 1.1), pitch_shift_semitones=(-2.0, 2.0),
+              tempo_perturb=(0.9, 1.1), pitch_tempo_prob=0.5, reverb_prob=0.5, noise_prob=0.5,
+              gain_db=(-6.0, 6.0), mixup_alpha=0.2)
+
+
+def _draws_of(sampler, fn, k=3):
+  """The draws (tensors) of the step of `fn` in batch k of `sampler`."""
+  waves = tf.zeros([8, 400])
+  steps = [s for s in sampler.steps(waves, tf.zeros([8], tf.int32), k) if s.fn is fn]
+  assert len(steps) == 1
+  return [t.numpy() for t in steps[0].tensors if isinstance(t, tf.Tensor)]
+
+
+@pytest.mark.parametrize("alone", ["gain_db", "mixup_alpha", "noise_prob"])
+def test_adding_or_removing_an_augmentation_leaves_the_others_draws_unchanged(alone):
+  fn = {"gain_db": augment.gain, "mixup_alpha": augment._mix_classes,
+        "noise_prob": augment._noise_added}[alone]
+  others = {name: value for name, value in _EVERY.items() if name != alone}
+  draws = [_draws_of(_sampler(**{alone: _EVERY[alone]}), fn),
+           _draws_of(_sampler(**_EVERY), fn)]
+  for name in others:  # Each other augmentation removed in turn.
+    draws.append(_draws_of(_sampler(**{n: v for n, v in _EVERY.items() if n != name}), fn))
+  for got in draws[1:]:
+    for a, b in zip(draws[0], got):
+      np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(draws[0][0], _draws_of(_sampler(**_EVERY), fn, k=4)[0])
+
+
+def test_no_two_draws_share_a_key(monkeypatch):
+  asked = []
+  real = sampler_lib.stream_key
+
+  def recording(seed, name, at):
+    key = real(seed, name, at)
+    asked.append((name, int(at), tuple(key.numpy())))
+    return key
+
+  monkeypatch.setattr(sampler_lib, "stream_key", recording)
+  for index in range(2):  # Two shards of one run: their keys must stay apart too.
+    sampler = sampler_lib.Sampler(audioclf.Params(batch_size=8, **_EVERY), 100, (index, 2),
+                                  silence_label=1, num_classes=4)
+    for k in range(4):
+      before = len(asked)
+      sampler.augment(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k)
+      sampler.augment(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k, training=False)
+      sampler.example(k * 8)
+      names = [name for name, _, _ in asked[before:]]
+      assert len(names) == len(set(names)), names  # One key per draw of a batch.
+  draws = {(name, at): key for name, at, key in asked}
+  assert {"window", "speed", "reverb", "noise", "silence", "gain", "mixup"} <= {
+      name for name, _ in draws}
+  assert len(set(draws.values())) == len(draws)

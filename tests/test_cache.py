@@ -16,6 +16,7 @@ import soundfile as sf
 
 import audioclf
 from audioclf.data import fill as fill_lib
+from audioclf.data import cache_maintenance
 from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
 from test_decode import bad_dataset
@@ -280,7 +281,7 @@ def test_before_the_split_is_written_a_skipped_file_stays_skipped(tmp_path, monk
 def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
   """Windows shifted off either end of their clip, wholly outside it, over empty clips."""
   import tensorflow as tf
-  from audioclf.data import sampler, store
+  from audioclf.data import cache_format, window
   rng = np.random.default_rng(0)
   lengths = np.array([0, 1, 5, 10, 13, 30])
   index = np.stack([np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths,
@@ -288,7 +289,7 @@ def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
   blob = rng.integers(-30000, 30000, lengths.sum()).astype(dtype)
   base = str(tmp_path / "split")
   blob.tofile(base + ".data")
-  split = store.Split(base, {"dtype": dtype, "samples": int(lengths.sum())}, index,
+  split = cache_format.Split(base, {"dtype": dtype, "samples": int(lengths.sum())}, index,
                       os.stat(base + ".data"))
   mapped = tf.raw_ops.ImmutableConst(dtype=tf.int16 if dtype == "<i2" else tf.float32,
                                      shape=[lengths.sum()], memory_region_name=base + ".data")
@@ -301,9 +302,11 @@ def test_native_and_numpy_cuts_match_a_sample_by_sample_cut(tmp_path, dtype):
         if 0 <= start + k < lengths[row]:
           want[j, k] = blob[index[row, 0] + start + k] * scale
     np.testing.assert_array_equal(split.windows(rows, starts, n), want)
-    native = np.stack([sampler.window(mapped, index[r, 0], index[r, 1], s, n).numpy()
+    native = np.stack([window.cut(mapped, index[r, 0], index[r, 1], s, n).numpy()
                        for r, s in zip(rows, starts)]).astype(np.float32) * scale
     np.testing.assert_array_equal(native, want)
+    batch = window.cut(mapped, index[rows, 0], index[rows, 1], starts, n).numpy()
+    np.testing.assert_array_equal(batch.astype(np.float32) * scale, want)
 
 
 def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path):
@@ -314,7 +317,7 @@ def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path)
   for path in glob.glob(os.path.join(params.cache_dir, "**", "*"), recursive=True):
     os.utime(path, (week_ago, week_ago))
   validation = eval_waveforms(params)  # Warm: marks the validation split as used now.
-  report = store_lib.prune(params.cache_dir, days=3)
+  report = cache_maintenance.prune(params.cache_dir, days=3)
   assert report["kept_splits"] == 1
   assert report["removed_files"] == 4  # The test split's marker, data, index and keys.
   assert len(markers(params)) == 1
@@ -323,5 +326,5 @@ def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path)
   assert fill_lib.decode_count() == decoded
   eval_waveforms(params, split="test")  # Refilled from the source files.
   assert fill_lib.decode_count() > decoded
-  assert store_lib.prune(params.cache_dir, days=3) == {
+  assert cache_maintenance.prune(params.cache_dir, days=3) == {
       "removed_files": 0, "freed_bytes": 0, "kept_splits": 2}

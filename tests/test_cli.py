@@ -174,6 +174,40 @@ def test_a_bad_file_found_while_training_ends_in_one_line_naming_it(tmp_path, en
 
 
 @pytest.mark.slow
+def test_a_bad_file_found_while_training_prints_no_traceback_with_tensorflows_warnings_on(
+    tmp_path):
+  # At TensorFlow's most verbose level its op warnings print the status of
+  # every failed call: a Python exception crossing tf.numpy_function put its
+  # traceback there, once per call that met the file.
+  csv, bad = truncated_flac_dataset(tmp_path)
+  proc = subprocess.run(
+      [sys.executable, "-m", "audioclf", "train", f"--manifest={csv}",
+       f"--cache_dir={tmp_path}/cache", f"--model_dir={tmp_path}/m", "--on_bad_file=fail",
+       "--train_steps=2", "--batch_size=2", "--model_args=width=4"],
+      cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"), capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.rstrip("\n").splitlines()[-1] == (
+      f"audioclf: error: bad audio file {bad!r}: Error : flac decoder lost sync."), proc.stderr[-3000:]
+
+
+def test_an_error_carried_out_of_the_graph_is_read_back_whatever_tensorflow_escaped():
+  from audioclf.data import graph_errors  # pylint: disable=g-import-not-at-top
+  bad = "/d/it's caf\u00e9.flac"
+
+  def fails(_):
+    raise decode.BadAudioError(bad, "Error : flac decoder lost sync.")
+
+  ds = tf.data.Dataset.range(4).map(lambda i: graph_errors.numpy_call(fails, [i], tf.float32),
+                                    num_parallel_calls=2)
+  with pytest.raises(tf.errors.InvalidArgumentError) as info:
+    list(ds)
+  assert "Traceback" not in info.value.message
+  assert cli.user_error(info.value) == f"bad audio file {bad!r}: Error : flac decoder lost sync."
+
+
+@pytest.mark.slow
 def test_a_run_that_ends_before_reading_every_file_says_its_check_is_incomplete(tmp_path):
   from conftest import write_tone_dataset  # pylint: disable=g-import-not-at-top
   # About 25 files to train on: more than one step and the batches read ahead of it.

@@ -299,3 +299,24 @@ def test_a_full_disk_while_training_ends_in_one_line_naming_the_cache(tmp_path, 
     # entries alone take 1.1 MB of the 1.6; the last few may still be in flight then, as the
     # pass decodes ahead of the batch that starts the split's writer).
     assert len(entries) == 0 if stage == "an entry" else 0 < len(entries) <= train, stage
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_training_prints_no_traceback_with_tensorflows_warnings_on(tmp_path):
+  # At TensorFlow's most verbose level its op warnings print the status of
+  # every failed call: a Python exception crossing tf.numpy_function put its
+  # traceback there.
+  data = write_tone_dataset(tmp_path / "flac", per_label=8, seconds=1.0, ext="flac")
+  with tmpfs(tmp_path / "full", "32k") as full:
+    cache_dir = os.path.join(full, "cache")
+    proc = subprocess.run(
+        [sys.executable, "-m", "audioclf", "train", f"--data_dir={data}",
+         f"--cache_dir={cache_dir}", f"--model_dir={tmp_path / 'run'}", "--batch_size=4",
+         "--train_steps=12", "--model_args=width=4", "--validation_percent=30",
+         "--testing_percent=0"],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0"), capture_output=True, text=True,
+        timeout=300)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert proc.stderr.rstrip("\n").splitlines()[-1].startswith(
+      f"audioclf: error: cannot write the cache in {cache_dir}: No space left"), proc.stderr[-3000:]

@@ -8,6 +8,7 @@ import audioclf
 from audioclf import Params
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
+from audioclf.data import window as window_lib
 from audioclf.params import ParamError
 from conftest import write_tone_dataset
 
@@ -175,25 +176,34 @@ def test_graph_mode_gives_what_eager_gives(params):
 
 def test_window_starts_shift_within_bounds_and_cover_the_span():
   u = tf.constant(np.linspace(0, 1, 1000, endpoint=False), tf.float64)
-  starts = sampler_lib.window_start(u, 80, n=100, shift=20).numpy()  # A clip shorter than n.
+  starts = window_lib.window_start(u, 80, n=100, shift=20).numpy()  # A clip shorter than n.
   assert starts.min() == -20 and starts.max() == 20
-  starts = sampler_lib.window_start(u, 300, n=100, shift=20).numpy()  # A longer one.
+  starts = window_lib.window_start(u, 300, n=100, shift=20).numpy()  # A longer one.
   assert starts.min() == -20 and starts.max() == 220 and len(set(starts)) > 200
 
 
-def test_window_slices_and_pads():
+def test_window_slices_and_pads_one_window_or_a_batch_alike():
   ramp = tf.range(1, 81, dtype=tf.float32)
-  for start in (-100, -30, 0, 10, 70, 80, 200):
-    got = sampler_lib.window(ramp, 0, 80, start, 100).numpy()
-    want = np.array([k + 1 if 0 <= k < 80 else 0 for k in range(start, start + 100)], np.float32)
-    np.testing.assert_array_equal(got, want)
+  starts = (-100, -30, 0, 10, 70, 80, 200)
+  wants = [np.array([k + 1 if 0 <= k < 80 else 0 for k in range(start, start + 100)], np.float32)
+           for start in starts]
+  for start, want in zip(starts, wants):
+    np.testing.assert_array_equal(window_lib.cut(ramp, 0, 80, start, 100).numpy(), want)
+  batch = window_lib.cut(ramp, tf.zeros([7], tf.int64), tf.fill([7], 80), list(starts), 100)
+  np.testing.assert_array_equal(batch, np.stack(wants))
+
+
+def test_a_skipped_file_is_labelled_minus_one_and_a_silence_row_kept():
+  rows, lengths = tf.constant([0, 1, 2, 3]), tf.constant([5, 0, 7, 0], tf.int64)
+  labels = window_lib.labels(rows, lengths, tf.constant([4, 5, 6, 7]), files=3)
+  np.testing.assert_array_equal(labels, [4, -1, 6, 7])  # Row 3 is a _silence_ clip: no file.
 
 
 def test_center_start_is_the_middle():
-  assert int(sampler_lib.center_start(10, 4)) == 3
-  assert int(sampler_lib.center_start(10, 12)) == 0
+  assert int(window_lib.center_start(10, 4)) == 3
+  assert int(window_lib.center_start(10, 12)) == 0
   ramp = tf.range(10, dtype=tf.float32)
-  np.testing.assert_array_equal(sampler_lib.window(ramp, 0, 10, 3, 4), [3, 4, 5, 6])
+  np.testing.assert_array_equal(window_lib.cut(ramp, 0, 10, 3, 4), [3, 4, 5, 6])
 
 
 def test_noise_is_added_at_the_asked_snr():

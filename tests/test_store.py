@@ -16,7 +16,7 @@ import audioclf
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
-from audioclf.data import keys, store
+from audioclf.data import cache_format, cache_maintenance, keys
 from conftest import tone, write_tone_dataset
 import warm
 
@@ -91,7 +91,7 @@ def test_a_damaged_split_is_reported_and_refilled_never_served(tmp_path, caplog,
   np.testing.assert_array_equal(got, clean)
   assert fill_lib.decode_count() - before == len(clean)  # Refilled from the source files.
   assert any("is damaged" in r.getMessage() for r in caplog.records)
-  store.check_files(base, open(base + ".json", "rb").read(), len(clean))  # Whole again.
+  cache_format.check_files(base, open(cache_format.marker_path(base), "rb").read(), len(clean))
   np.testing.assert_array_equal(eval_waveforms(params), clean)
 
 
@@ -150,7 +150,7 @@ def test_damaged_entries_of_a_killed_fill_are_decoded_again_never_served(tmp_pat
   assert fill_lib.decode_count() - before == len(clean)
   assert sum("fails its checksum" in r.getMessage() for r in caplog.records) == len(clean)
   # And the split written from them holds the clean clips, under checksums that pass.
-  assert store.verify(params.cache_dir)["damaged"] == []
+  assert cache_maintenance.verify(params.cache_dir)["damaged"] == []
   np.testing.assert_array_equal(eval_waveforms(params), clean)
 
 
@@ -171,11 +171,11 @@ def test_verify_checks_every_entry_and_the_keys_of_every_split(tmp_path):
   other = params.replace(validation_percent=50)  # Another split's files: entries, no split.
   entries = killed_fill(other)
   flip_bytes(entries[0], 64)
-  report = store.verify(params.cache_dir)
+  report = cache_maintenance.verify(params.cache_dir)
   assert report["damaged"] == [base] and not os.path.exists(base + ".json")
   assert report["entries"] == len(entries) and report["damaged_entries"] == [entries[0]]
   assert not os.path.exists(entries[0])
-  assert store.verify(params.cache_dir)["damaged_entries"] == []
+  assert cache_maintenance.verify(params.cache_dir)["damaged_entries"] == []
 
 
 def test_verify_leaves_the_folders_of_another_format_version_alone(tmp_path):
@@ -188,7 +188,7 @@ def test_verify_leaves_the_folders_of_another_format_version_alone(tmp_path):
   os.makedirs(os.path.join(old, "entries", "ab"))
   np.zeros(100, "<f4").tofile(os.path.join(old, "entries", "ab", "ab" * 16 + ".f32"))  # No CRC.
   before = sorted(glob.glob(os.path.join(old, "**", "*"), recursive=True))
-  report = store.verify(params.cache_dir)
+  report = cache_maintenance.verify(params.cache_dir)
   assert report["other_formats"] == [old] and report["damaged"] == []
   assert report["damaged_entries"] == [] and report["entries"] == 0
   assert sorted(glob.glob(os.path.join(old, "**", "*"), recursive=True)) == before

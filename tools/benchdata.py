@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from audioclf.data import decode
 from audioclf.compat import keras
-from audioclf.data import sampler
+from audioclf.data import window
 from audioclf.params import Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -166,7 +166,7 @@ def read_and_decode(workload: Workload, params: Params) -> Callable[[tf.Tensor],
 def random_crop(samples: tf.Tensor, params: Params) -> tf.Tensor:
   """A random clip_samples window, shifted up to time_shift_seconds, zero-padded.
 
-  The windows audioclf's training input draws (audioclf.data.sampler: start
+  The windows audioclf's training input draws (audioclf.data.window: start
   uniform in [-shift, max(length - n, 0) + shift]), cut the cheap way: slice
   first, then pad only the slice, so each example copies clip_samples floats,
   not the whole (5 s) clip. Every pipeline here uses it, so the in-memory
@@ -176,8 +176,8 @@ def random_crop(samples: tf.Tensor, params: Params) -> tf.Tensor:
   shift = int(round(params.time_shift_seconds * params.sample_rate))
   length = tf.shape(samples, out_type=tf.int64)[0]
   # audioclf's own window functions, with a stateful draw as a user would write.
-  start = sampler.window_start(tf.random.uniform([], dtype=tf.float64), length, n, shift)
-  return sampler.window(samples, 0, length, start, n)
+  start = window.window_start(tf.random.uniform([], dtype=tf.float64), length, n, shift)
+  return window.cut(samples, 0, length, start, n)
 
 
 def _to_features(waveforms, labels):

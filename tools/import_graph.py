@@ -38,7 +38,7 @@ BEGIN = "<!-- import graph: tools/import_graph.py -->"
 END = "<!-- end import graph -->"
 # The layers, lowest first: a module may import its own layer and those before it, never after.
 LAYERS = (
-    ("audioclf.params", "audioclf.presets"),
+    ("audioclf.params", "audioclf.presets", "audioclf.files"),
     ("audioclf.compat",),
     ("audioclf.data", "audioclf.synthesis"),
     ("audioclf.model",),

@@ -23,13 +23,14 @@ def main(argv: Sequence[str]) -> None:
   # Here, not at the top: `--help` needs none of it, and cli.run has started
   # TensorFlow quietly by now.
   from audioclf.data import fill as fill_lib
+  from audioclf.data import cache_maintenance
   from audioclf.data import store as store_lib
   # pylint: enable=g-import-not-at-top
   del argv
   f = flags.FLAGS
   params = command_flags.params_from_flags()
   if f.verify:
-    report = store_lib.verify(params.cache_dir)
+    report = cache_maintenance.verify(params.cache_dir)
     print(json.dumps(report))
     if report["damaged"] or report["damaged_entries"]:
       raise SystemExit(f"audioclf: {len(report['damaged'])} damaged splits and "
@@ -37,15 +38,15 @@ def main(argv: Sequence[str]) -> None:
                        "fills them again)")
     return
   if f.info:
-    print(json.dumps(store_lib.info(store_lib.Store.for_params(params))))
+    print(json.dumps(cache_maintenance.info(store_lib.Store.for_params(params))))
     return
   if f.prune_days is not None:
-    print(json.dumps(store_lib.prune(params.cache_dir, f.prune_days)))
+    print(json.dumps(cache_maintenance.prune(params.cache_dir, f.prune_days)))
     return
   start = time.time()
   report = fill_lib.fill(params, progress=True)
   print(json.dumps({"seconds": round(time.time() - start, 2), **report,
-                    **store_lib.info(store_lib.Store.for_params(params))}))
+                    **cache_maintenance.info(store_lib.Store.for_params(params))}))
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

@@ -30,7 +30,7 @@ def user_error(error: BaseException) -> Optional[str]:
   (missing, unreadable, disk full). A bad
   file or a full cache disk met inside the tf.data pipeline arrives as
   TensorFlow's error, its message holding the BadAudioError's (or the
-  CacheWriteError's) text under TensorFlow's frames; it is read back from it.
+  CacheWriteError's) text (`graph_errors`); it is read back from it.
   """
   # Imported here, not at the top: `--help` needs none of it.
   # pylint: disable=g-import-not-at-top
@@ -42,11 +42,12 @@ def user_error(error: BaseException) -> Optional[str]:
   if "tensorflow" in sys.modules:
     import tensorflow as tf
 
-    from audioclf.data import decode, store
+    from audioclf.data import cache_format, decode, graph_errors
     from audioclf.model import model_dir
     if isinstance(error, tf.errors.OpError):
-      error = (decode.BadAudioError.from_text(error.message)
-               or store.CacheWriteError.from_text(error.message) or error)
+      text = graph_errors.message(error.message)
+      error = (decode.BadAudioError.from_text(text)
+               or cache_format.CacheWriteError.from_text(text) or error)
     known += [model_dir.ModelDirError, decode.BadAudioError]
   # pylint: enable=g-import-not-at-top
   if isinstance(error, tuple(known)):

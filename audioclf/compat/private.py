@@ -253,7 +253,7 @@ def write_search_state_with(write: Callable[[str, bytes], None]) -> None:
   keras-tuner opens the file for writing (truncating it) and then writes: a
   kill in between leaves an empty oracle.json or trial.json, and the rerun
   that should resume the search fails on it (JSONDecodeError). Given a
-  writer that puts a whole file in place or none (data.store.atomic_write),
+  writer that puts a whole file in place or none (audioclf.files.atomic_write),
   a kill leaves the last whole state. Once per process.
   """
   from keras_tuner.src import utils  # pylint: disable=g-import-not-at-top

@@ -3,15 +3,21 @@
   manifest.py   which files exist, their labels and splits (folders or a CSV)
   decode.py     soundfile + soxr decoding, the native WAV fast path, BadAudioError
   keys.py       what a file is: content fingerprints, remembered by stat on this host
-  store.py      the cache's files: format, names, writes, the checks a split passes on open
+  pcm.py        PCM16 samples: their dtype and their scale to float32
+  cache_format.py  the cache's files and names, a split as opened, and the checks it passes
+  store.py      Store: names, writes and opens the cache files of one set of decode parameters
+  cache_maintenance.py  info, verify and prune: what the cache command does
   fill.py       filling a split (Fill), and fill(): every split ahead of time
   noise.py      background recordings, decoded once into the cache and mixed in
   rir.py        room impulse responses of --rir_dir, decoded once into the cache
   sampler.py    which clip comes when, and every random draw: pure functions of (seed, index)
+  window.py     where a clip's window lies, how it is cut and labelled: one cut for every path
   augment.py    the augmentations as in-graph ops on a batch, given the sampler's draws
   pipeline.py   input_fn: the assembly of the above
+  recent.py     Recent: a bounded memo of the last values, by key (input_fn's built datasets)
   service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it
+  graph_errors.py  a bad file or a full cache met in the pipeline's Python, carried out as a value
 
-`manifest`, `store`, `keys` and `fill` need no TensorFlow.
+`manifest`, `keys`, `pcm`, `cache_format`, `store` and `cache_maintenance` need no TensorFlow.
 """

@@ -12,6 +12,8 @@ import soundfile as sf
 import soxr
 import tensorflow as tf
 
+from audioclf.data.pcm import PCM16, PCM16_SCALE
+
 # libsndfile notes a chunk that claims more bytes than the file has as "data : N (should be M)".
 _TRUNCATED = re.compile(r"^\s*\w+\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
 # BadAudioError's text: the path as Python quotes it (repr), then the reason, to the end of the line.
@@ -29,8 +31,8 @@ class BadAudioError(ValueError):
   def from_text(cls, text: str) -> Optional["BadAudioError"]:
     """The first BadAudioError whose text `text` holds, or None.
 
-    A BadAudioError raised inside tf.numpy_function reaches the caller as a
-    tf.errors.OpError whose message holds this text among TensorFlow's.
+    A BadAudioError met inside the pipeline reaches the caller as a
+    tf.errors.OpError whose message holds this text (`graph_errors.message`).
     """
     match = _BAD_AUDIO.search(text)
     return cls(ast.literal_eval(match.group(1)), match.group(2)) if match else None
@@ -90,7 +92,7 @@ def _check_not_truncated(path: str, log: str) -> None:
 # A canonical PCM16 mono WAV header as 22 little-endian int16 words; the
 # words that vary per file (sizes, rate) are masked out and checked apart.
 _HEADER = np.frombuffer(b"RIFF\0\0\0\0WAVEfmt \x10\0\0\0\x01\0\x01\0" + b"\0" * 8 +
-                        b"\x02\0\x10\0data\0\0\0\0", "<i2")
+                        b"\x02\0\x10\0data\0\0\0\0", PCM16)
 _FIXED = np.array([1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1, 0, 0], bool)
 _FIXED_AT = np.flatnonzero(_FIXED)
 HEADER_BYTES = 44
@@ -100,7 +102,7 @@ def native_wav_header_ok(header: bytes, file_size: int, sample_rate: int) -> boo
   """Python twin of `native_wav`'s check, on the first 44 bytes and the file's size."""
   if len(header) < HEADER_BYTES or file_size <= HEADER_BYTES or file_size % 2:
     return False
-  words = np.frombuffer(header[:HEADER_BYTES], "<i2")
+  words = np.frombuffer(header[:HEADER_BYTES], PCM16)
   rate = int.from_bytes(header[24:28], "little")
   data_size = int.from_bytes(header[40:44], "little")
   return bool((words[_FIXED] == _HEADER[_FIXED]).all() and rate == sample_rate
@@ -137,7 +139,7 @@ def native_wav(contents: tf.Tensor, sample_rate: int) -> tuple[tf.Tensor, tf.Ten
   data_size = size - HEADER_BYTES
   ok = (tf.reduce_all(tf.equal(fields * mask - expected, data_field * data_size))
         & (size > HEADER_BYTES) & tf.equal(odd, 0))
-  return ok, tf.cast(words[HEADER_BYTES // 2:], tf.float32) * (1.0 / 32768.0)
+  return ok, tf.cast(words[HEADER_BYTES // 2:], tf.float32) * PCM16_SCALE
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,4 +172,4 @@ def _expected_header(sample_rate: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def read_native_wav(path: str) -> np.ndarray:
   """`native_wav`'s samples for Python callers, from a file whose header passed the check."""
-  return np.fromfile(path, "<i2", offset=HEADER_BYTES).astype(np.float32) / np.float32(32768.0)
+  return np.fromfile(path, PCM16, offset=HEADER_BYTES).astype(np.float32) * PCM16_SCALE

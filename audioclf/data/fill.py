@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
-from audioclf.data import decode
+from audioclf.data import cache_format, decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import store as store_lib
 from audioclf.data.manifest import Example, Manifest
@@ -56,7 +56,7 @@ class Fill:
     self.store, self.params = store, params
     self.examples, self.fingerprints = list(examples), list(fingerprints)
     self.base = base or store.split_base(self.fingerprints)
-    self.split: Optional[store_lib.Split] = None
+    self.split: Optional[cache_format.Split] = None
     self.error: Optional[BaseException] = None
     self._lock = threading.Lock()
     self._started = False
@@ -70,7 +70,7 @@ class Fill:
     # Rows this fill decoded (or read back) already: their lengths in samples.
     self._decoded: dict[int, int] = {}
     self._donors: Optional[dict[bytes, tuple[str, int]]] = None  # Fingerprint -> (split, row).
-    self._opened: dict[str, Optional[store_lib.Split]] = {}
+    self._opened: dict[str, Optional[cache_format.Split]] = {}
 
   # --- Decoding, one file at a time (tf.data's threads call this through numpy_function).
 
@@ -123,7 +123,7 @@ class Fill:
     _count_decodes()
     try:
       self.store.write_entry(fp, samples)
-    except store_lib.CacheWriteError:
+    except cache_format.CacheWriteError:
       self._error_told.set()  # The run ends on it: a split writer failing too need not repeat it.
       raise
     return samples
@@ -147,17 +147,15 @@ class Fill:
     with self._lock:
       if base not in self._opened:
         count = len(self.examples) if base == self.base else None
-        try:
-          with open(base + ".json", "rb") as f:
-            self._opened[base] = store_lib.check_files(base, f.read(), count)
-        except (OSError, store_lib.DamagedSplitError):
-          self._opened[base] = None  # Pruned meanwhile, or damaged: decode instead.
+        # Each clip taken is checked against its CRC: the whole split need not be first.
+        # None: pruned meanwhile, or damaged (reported): decode instead.
+        self._opened[base] = self.store.open(base, count, check_bytes=False)
       split = self._opened[base]
     if split is None:
       return None
     try:
       return split.clip(row)  # Checked against the clip's CRC: a damaged copy is not taken.
-    except (OSError, ValueError, store_lib.DamagedSplitError):
+    except (OSError, ValueError, cache_format.DamagedSplitError):
       return None
 
   # --- Writing the split.
@@ -241,17 +239,17 @@ class Fill:
 
   def _source(self, row: int, dtype: str) -> np.ndarray:
     """The clip of `row` as the split stores it; raises NotNative for int16 of a non-canonical file."""
-    if dtype != "<i2":
+    if dtype != cache_format.PCM16:
       return self._clip(row, counted=True)
     data = self._native_words(row)
     if data is None:
-      raise store_lib.NotNative(self.examples[row].path)
+      raise cache_format.NotNative(self.examples[row].path)
     _count_decodes()  # Read from source again just now.
-    return np.frombuffer(data, "<i2")
+    return np.frombuffer(data, cache_format.PCM16)
 
   # --- Reading the written split (a cold run's later epochs).
 
-  def wait(self) -> store_lib.Split:
+  def wait(self) -> cache_format.Split:
     """The written split, once the fill's writer is done.
 
     Raises:
@@ -268,8 +266,8 @@ class Fill:
     self._error_told.set()
     # A new exception per call: this runs on several of tf.data's threads at once.
     e = self.error
-    if isinstance(e, store_lib.CacheWriteError):
-      raise store_lib.CacheWriteError(e.strerror, e.errno) from e
+    if isinstance(e, cache_format.CacheWriteError):
+      raise cache_format.CacheWriteError(e.strerror, e.errno) from e
     if isinstance(e, decode.BadAudioError):
       raise decode.BadAudioError(e.path, e.reason) from e
     reason = e or "the cache cannot be written"
@@ -291,9 +289,9 @@ class Fill:
     split = self._split_if_written()
     if split is not None:
       return split.windows(rows, starts, n)
-    return store_lib.cut_windows([self._clip(int(row)) for row in rows], starts, n)
+    return cache_format.cut_windows([self._clip(int(row)) for row in rows], starts, n)
 
-  def _split_if_written(self) -> Optional[store_lib.Split]:
+  def _split_if_written(self) -> Optional[cache_format.Split]:
     """The split once no writer is at work (`wait`: its errors too), else None."""
     if self._thread is not None and not self._written.is_set():
       return None
@@ -318,7 +316,7 @@ class Fill:
     if counted:
       _count_decodes()  # Read from source again just now.
     # PCM16 to float32 times a power of two: exact, the bits Split.windows gives.
-    return np.frombuffer(data, "<i2").astype(np.float32) * store_lib.PCM16_SCALE
+    return np.frombuffer(data, cache_format.PCM16).astype(np.float32) * cache_format.PCM16_SCALE
 
   # --- Filling ahead of time.
 
@@ -393,7 +391,7 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
 
 def fill_examples(store: store_lib.Store, examples: Sequence[Example], params: Params,
                   progress: bool = False, name: str = "",
-                  read_only_decode: bool = True) -> tuple[Optional[store_lib.Split], Fill]:
+                  read_only_decode: bool = True) -> tuple[Optional[cache_format.Split], Fill]:
   """The split of `examples`, opened, filled first unless it is cached; and its Fill.
 
   The split is None where the cache is read-only; the files are then decoded

@@ -22,10 +22,11 @@ from absl import logging
 
 from audioclf.compat import xla as compat_xla
 from audioclf.data import augment
+from audioclf.data import cache_format
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
 from audioclf.data.manifest import Example
-from audioclf.data.sampler import split_tensor, window
+from audioclf.data.window import cut, split_tensor
 from audioclf.params import Params
 
 
@@ -34,7 +35,7 @@ class Recordings:
 
   def __init__(self, source: tf.Tensor, offsets: np.ndarray, lengths: np.ndarray,
                scale: Optional[float], rms: np.ndarray, peaks: Optional[np.ndarray] = None,
-               split: Optional[store_lib.Split] = None):
+               split: Optional[cache_format.Split] = None):
     self._source, self.scale = source, scale
     self._split = split  # The cache split `source` maps, if any (`mapped`).
     self._mapped = False
@@ -103,7 +104,7 @@ class Recordings:
     split, job = fill_lib.fill_examples(store, examples, params, name=name,
                                         read_only_decode=False)
     if split is not None:
-      keep = np.flatnonzero(split.lengths > 0)
+      keep = np.flatnonzero(split.kept)
       offsets, lengths = split.offsets[keep], split.lengths[keep]
       source, scale = split_tensor(split)
       clips = [split.raw(i) for i in keep]
@@ -176,14 +177,12 @@ def _samples(source, scale: Optional[float], offset, length, start, n: int,
   """float32 [len(offset), n]: samples [start, start + n) of each recording, zero past its end."""
   if gather:
     # One gather over excerpts x n indices, which XLA makes a loop of copies.
-    at = start[:, None] + tf.range(n, dtype=tf.int64)[None, :]
-    samples = tf.where(at < length[:, None], tf.gather(
-        source, offset[:, None] + tf.minimum(at, length[:, None] - 1)), tf.zeros([], source.dtype))
+    samples = cut(source, offset, length, start, n)
   else:
     # A slice per excerpt (a copy of n samples): a third of the time of one
     # gather over batch x n indices as plain ops. (Unrolled over a static
     # batch it costs a quarter less per batch, but seconds to build.)
-    samples = tf.map_fn(lambda ols: window(source, ols[0], ols[1], ols[2], n),
+    samples = tf.map_fn(lambda ols: cut(source, ols[0], ols[1], ols[2], n),
                         tf.stack([offset, length, start], 1), fn_output_signature=source.dtype)
   samples = tf.cast(samples, tf.float32)
   return samples * scale if scale is not None else samples

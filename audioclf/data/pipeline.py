@@ -27,13 +27,15 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf.compat import xla as compat_xla
-from audioclf.data import decode, exit_guard, noise, rir
+from audioclf.data import cache_format, decode, exit_guard, graph_errors, noise, rir
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
+from audioclf.data import window as window_lib
 from audioclf.data.fill import Fill, fill
 from audioclf.data.manifest import Manifest
-from audioclf.data.sampler import Recent, Sampler, split_tensor, window
+from audioclf.data.recent import Recent
+from audioclf.data.sampler import Sampler
 from audioclf.params import MODES, ParamError, Params
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -59,10 +61,10 @@ _as_is = tf.autograph.experimental.do_not_convert
 
 
 @_as_is
-def _kept(w, y):
-  """Whether an example is kept: not a file skipped as bad, whose label is -1."""
-  del w
-  return y >= 0
+def _kept(w, y, k=None):
+  """Whether an example is kept: not a file skipped as bad (`window.labels`)."""
+  del w, k
+  return y != window_lib.SKIPPED_LABEL
 
 
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
@@ -176,7 +178,7 @@ class _SplitRows:
   store: store_lib.Store
   fingerprints: list  # The files' content keys.
   base: str  # The split's name in the cache.
-  cached: Optional[store_lib.Split]  # The split as cached, or None where it is not yet.
+  cached: Optional[cache_format.Split]  # The split as cached, or None where it is not yet.
 
   @classmethod
   def of(cls, params: Params, manifest: Manifest, split: str) -> _SplitRows:
@@ -285,7 +287,7 @@ def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
   if cached is None:
     raise manifest_lib.DataError(f"the {split!r} split is not in the cache {store.root!r}; "
                                  "fill it first (pipeline.fill_cache)")
-  return int(np.count_nonzero(cached.lengths > 0))
+  return int(np.count_nonzero(cached.kept))
 
 
 def every_file_read(params: Params, manifest: Manifest, split: str = "train") -> Optional[bool]:
@@ -354,7 +356,7 @@ def _features(sampler: Sampler, training: bool, scale: Optional[float], w, y, k=
   return {"waveform": w}, y
 
 
-def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _warm(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
           training: bool, first_batch) -> tf.data.Dataset:
   """Batches cut out of the memory-mapped split, one numpy call per batch (`Split.windows`)."""
   _log_skipped(split)
@@ -365,13 +367,12 @@ def _warm(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: S
   exit_guard.install()  # Python runs inside this pipeline: see exit_guard.
   virtual = sampler.n - len(split.lengths)
   # PCM16 windows cross into the graph as int16 and are scaled there (`_batches`).
-  raw = split.dtype == "<i2"
   ds = _numpy_batches(params, sampler, first_batch,
                       np.concatenate([split.lengths, np.zeros(virtual, np.int64)]),
-                      functools.partial(split.windows, raw=raw), labels, len(split.lengths),
-                      tf.int16 if raw else tf.float32)
-  return _batches(ds, params, sampler, training, first_batch,
-                  store_lib.PCM16_SCALE if raw else None, batched=True)
+                      functools.partial(split.windows, raw=True), labels, len(split.lengths),
+                      window_lib.source_dtype(split))
+  return _batches(ds, params, sampler, training, first_batch, window_lib.scale_of(split),
+                  batched=True)
 
 
 def _numpy_batches(params: Params, sampler: Sampler, first_batch,
@@ -413,46 +414,34 @@ def _numpy_batches(params: Params, sampler: Sampler, first_batch,
   def cut(k):
     rows, u = sampler.batch(k)
     if callable(lengths_of):
-      lengths = tf.ensure_shape(tf.numpy_function(file_lengths, [rows], tf.int64, stateful=False),
-                                [batch])
+      lengths = tf.ensure_shape(graph_errors.numpy_call(file_lengths, [rows], tf.int64,
+                                                        stateful=False), [batch])
     else:
       lengths = tf.gather(tf.constant(lengths_of), rows)
-    starts = sampler.train_start(u, lengths)
-    w = tf.numpy_function(file_windows, [rows, starts], dtype, stateful=False)
-    # A file's row of length zero is one skipped as bad: label -1 marks it.
-    return tf.ensure_shape(w, [batch, n]), tf.where((lengths > 0) | (rows >= files),
-                                                    tf.gather(labels_t, rows), -1)
+    starts = sampler.start(u, lengths)
+    w = graph_errors.numpy_call(file_windows, [rows, starts], dtype, stateful=False)
+    return tf.ensure_shape(w, [batch, n]), window_lib.labels(rows, lengths, labels_t, files)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS)
   return ds.map(cut, num_parallel_calls=AUTOTUNE)
 
 
-def _log_skipped(split: store_lib.Split) -> None:
+def _log_skipped(split: cache_format.Split) -> None:
   if split.skipped:
     logging.info("audioclf: %d bad files were skipped when this split was cached",
                  len(split.skipped))
 
 
-def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _warm_native(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
                  training: bool, first_batch) -> tf.data.Dataset:
   """Windows sliced out of the memory-mapped split per example: native ops only, no Python."""
-  blob, scale = split_tensor(split)
-  # Offset, length and label of each row, one gather per example. A file's
-  # row of length zero is one skipped as bad: label -1 marks it for the
-  # filter. The virtual _silence_ rows after the files are empty clips.
-  virtual = sampler.n - len(split.lengths)
-  offsets = np.concatenate([split.offsets, np.zeros(virtual, np.int64)])
-  lengths = np.concatenate([split.lengths, np.zeros(virtual, np.int64)])
-  kept = np.concatenate([split.lengths > 0, np.ones(virtual, bool)])
-  table = tf.constant(np.stack([offsets, lengths, np.where(kept, labels, -1)], 1).astype(np.int64))
-  n = params.clip_samples
+  blob, scale = window_lib.split_tensor(split)
+  table = window_lib.row_table(split, labels)
 
   @_as_is
   def cut(g):
     row, u = sampler.example(g) if training else (g, None)
-    offset, length, label = tf.unstack(tf.gather(table, row))
-    start = sampler.train_start(u, length) if training else sampler.eval_start(length)
-    return window(blob, offset, length, start, n), tf.cast(label, tf.int32)
+    return _cut_rows(sampler, blob, table, row, u)
 
   ds = _examples(sampler, training, first_batch).map(cut, num_parallel_calls=AUTOTUNE)
   if split.skipped:
@@ -460,7 +449,14 @@ def _warm_native(params: Params, split: store_lib.Split, labels: np.ndarray, sam
   return _batches(ds, params, sampler, training, first_batch, scale)
 
 
-def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler: Sampler,
+def _cut_rows(sampler: Sampler, blob: tf.Tensor, table: tf.Tensor, rows, u):
+  """(windows, labels) of `rows` (a row or a batch) of the split `blob`, `table` its row_table."""
+  offsets, lengths, labels = tf.unstack(tf.gather(table, rows), axis=-1)
+  return (window_lib.cut(blob, offsets, lengths, sampler.start(u, lengths), sampler.clip_samples),
+          tf.cast(labels, tf.int32))
+
+
+def _served(params: Params, split: cache_format.Split, labels: np.ndarray, sampler: Sampler,
             first_batch) -> tf.data.Dataset:
   """Training batches from the tf.data service at params.data_service (see audioclf.data.service).
 
@@ -475,24 +471,14 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
   float32) and are scaled here. Batches arrive in the order the workers
   finish them.
   """
-  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
-  table = tf.constant(np.stack([split.offsets, split.lengths,
-                                np.where(split.lengths > 0, labels, -1)], 1).astype(np.int64))
-  path, samples, n = split.data_path, max(split.samples, 1), params.clip_samples
+  table = window_lib.row_table(split, labels)
 
   @_as_is
   def cut(k):
     rows, u = sampler.batch(k)
-    offsets, lengths, y = tf.unstack(tf.gather(table, rows), axis=1)
-    starts = sampler.train_start(u, lengths)
-    # The split mapped inside the worker's function (a tensor made here would
-    # travel in the graph, whole), then one gather for the batch.
-    blob = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[samples], memory_region_name=path)
-    at = starts[:, None] + tf.range(n, dtype=tf.int64)[None, :]
-    inside = (at >= 0) & (at < lengths[:, None])
-    w = tf.where(inside, tf.gather(blob, offsets[:, None] + tf.clip_by_value(
-        at, 0, tf.maximum(lengths[:, None] - 1, 0))), tf.zeros([], dtype))
-    return w, tf.cast(y, tf.int32), k
+    # The split mapped inside the worker's function: a tensor made here would travel in the graph.
+    blob, _ = window_lib.split_tensor(split)
+    return (*_cut_rows(sampler, blob, table, rows, u), k)
 
   ds = tf.data.Dataset.range(tf.cast(first_batch, tf.int64), _ENDLESS).map(
       cut, num_parallel_calls=AUTOTUNE)
@@ -501,9 +487,9 @@ def _served(params: Params, split: store_lib.Split, labels: np.ndarray, sampler:
     # batch numbered by its first example's (a worker's batches start in
     # different ones: each runs to the end of the one it starts in, or past).
     ds = ds.map(_as_is(lambda w, y, k: (w, y, tf.fill(tf.shape(y), k)))).unbatch()
-    ds = ds.filter(_as_is(lambda w, y, k: y >= 0)).batch(params.batch_size, drop_remainder=True)
+    ds = ds.filter(_kept).batch(params.batch_size, drop_remainder=True)
     ds = ds.map(_as_is(lambda w, y, k: (w, y, k[0])))
-  scale = store_lib.PCM16_SCALE if dtype == tf.int16 else None
+  scale = window_lib.scale_of(split)
   if sampler.augments(True):
     # The workers augment too (the costliest part of the pipeline), batch k by
     # k's draws whatever order the batches arrive in.
@@ -568,9 +554,8 @@ def _example_decoder(params: Params, fill: Fill, labels: np.ndarray, sampler: Sa
             else tf.constant(0, tf.int64))
     with tf.control_dependencies([done]):
       clip, length = sampler.decoded_window(samples, u if training else None)
-      # A file skipped as bad decodes to no samples: label -1 marks it for the filter.
-      kept = (length > 0) | (row >= files) if n > files else length > 0
-      return clip, tf.where(kept, tf.gather(labels_t, row), -1)
+      # A file skipped as bad decodes to no samples, as the cache holds it.
+      return clip, window_lib.labels(row, length, labels_t, files)
 
   return decode_one
 
@@ -620,7 +605,7 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
                    lambda: tf.constant(b""))
 
   def soundfile_decode(row):
-    return tf.numpy_function(fill.decode, [row], tf.float32, stateful=True)
+    return graph_errors.numpy_call(fill.decode, [row], tf.float32)
 
   def decode_file(row):
     # Canonical PCM16 mono WAVs at the target rate decode natively, in
@@ -647,8 +632,8 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
     else:
       pending = tf.zeros([0], tf.int64)
     # _silence_ rows (files on) have no file.
-    return tf.numpy_function(lambda rows: fill.finish(training, rows[rows < files]), [pending],
-                             tf.int64, stateful=True)
+    return graph_errors.numpy_call(lambda rows: fill.finish(training, rows[rows < files]),
+                                   [pending], tf.int64)
 
   return finish
 

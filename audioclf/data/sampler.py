@@ -11,15 +11,17 @@ the classes the split has, so every batch holds them evenly), and its row is
 the next one of that class's own permutation, a new one each time the class
 runs out: a pure function of (seed, g) too. The draws of batch k (each
 window's offset and time shift; the augmentations: speed, pitch and tempo,
-reverberation, noise, gain and mixup, `augment`) are keyed by (seed, k), so
-those of example g are a pure function of (seed, g) for a given batch size.
+reverberation, noise, gain and mixup, `augment`) are keyed by (seed, k) and
+the name of their stream (`stream_key`), so those of example g are a pure
+function of (seed, g) for a given batch size, and no draw moves when
+another augmentation is added or removed.
 A batch is a pure function of (seeds, k, the cached clips and recordings):
 the cold pass (which meets examples one by one, `example`), the warm cut (a
 batch at a time, `batch`), a resume at step k and any parallelism give the
 same bits.
 
 Evaluation reads rows 0 .. n-1 in order and takes each clip's centre window,
-as predict does (`center_start`). Its only noise is that of the _silence_
+as predict does (`window.center_start`). Its only noise is that of the _silence_
 clips, drawn per evaluation batch from keys of their own: every evaluation
 of a split sees the same silence clips.
 
@@ -29,85 +31,28 @@ predict and by the benchmarks: the draws are written here and nowhere else.
 
 from __future__ import annotations
 
-import collections
 import copy
 import functools
+import hashlib
 import os
-import threading
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
 from audioclf.data import augment as augment_lib
-from audioclf.data import store as store_lib
+from audioclf.data.recent import Recent
+from audioclf.data import window as window_lib
 from audioclf.params import Params
 
-_AUGMENT = 5  # The key stream of the augmentations' draws, each a sub-stream of its own.
-_RESPONSES = 6  # The key stream of the synthetic impulse responses, drawn once.
 # Synthetic impulse responses in the bank: as many as a recorded set might
 # hold, their spectra 115 KB each for 1 s clips at 16 kHz (15 MB in all).
 SYNTHETIC_RESPONSES = 128
 
 
-def center_start(length, n: int):
-  """Where the centre window of `n` samples starts in a clip of `length`; 0 for a short clip."""
-  return tf.maximum(length - n, 0) // 2
-
-
-def window_start(u, length, n: int, shift: int):
-  """A training window's start: uniform over [-shift, max(length - n, 0) + shift] by `u` in [0, 1).
-
-  The window may begin up to `shift` samples before the clip and end up to
-  `shift` after it (time shift); a clip longer than the window is cut at a
-  random offset. int64, elementwise.
-  """
-  span = tf.maximum(tf.cast(length, tf.int64) - n, 0) + (2 * shift + 1)
-  # float64 -> int64 truncates, which is floor for u * span >= 0.
-  return tf.minimum(tf.cast(u * tf.cast(span, tf.float64), tf.int64), span - 1) - shift
-
-
-def window(source: tf.Tensor, offset, length, start, n: int) -> tf.Tensor:
-  """Samples [start, start + n) of the clip at source[offset:offset + length], zero outside it.
-
-  Slices first and pads only the slice: a 5 s clip is never padded to cut 1 s.
-  The cold pass cuts decoded clips (offset 0) and the warm pass the
-  memory-mapped split with it, so both give the same samples.
-  """
-  # Few ops: this runs per example, and building a dataset traces it.
-  source = tf.convert_to_tensor(source)
-  length, start = (tf.cast(x, tf.int64) for x in (length, start))
-  lo = tf.minimum(tf.maximum(start, 0), length)
-  hi = tf.minimum(tf.maximum(start + n, lo), length)
-  # A window wholly past either end of its clip has lo == hi: it is all padding.
-  left = tf.minimum(tf.maximum(lo - start, 0), n)
-  if isinstance(offset, int) and offset == 0:  # A decoded clip (the cold pass): no adds.
-    piece = source[lo:hi]
-  else:
-    offset = tf.cast(offset, tf.int64)
-    piece = source[offset + lo:offset + hi]
-  return tf.ensure_shape(tf.pad(piece, tf.reshape(tf.stack([left, n - left - (hi - lo)]), [1, 2])),
-                         [n])
-
-
 # White noise where there are no background recordings: its level only
 # matters for _silence_ clips, whose gain is absolute (-20 dBFS at most).
 WHITE_RMS = 0.1
-
-
-def split_tensor(split) -> tuple[tf.Tensor, Optional[float]]:
-  """A cache split's samples as one tensor (the `source` of `window`), and the scale to float.
-
-  Memory-mapped: the page cache is the only copy. PCM16 splits come as int16
-  with libsndfile's scale (exact, a power of two) to apply once per batch.
-  """
-  dtype = tf.int16 if split.dtype == "<i2" else tf.float32
-  if split.samples:
-    source = tf.raw_ops.ImmutableConst(dtype=dtype, shape=[split.samples],
-                                       memory_region_name=split.data_path)
-  else:
-    source = tf.zeros([0], dtype)
-  return source, (store_lib.PCM16_SCALE if dtype == tf.int16 else None)
 
 
 class Sampler:
@@ -147,16 +92,11 @@ class Sampler:
     # No shuffle seed: another order every run, as asked; the draws stay keyed by params.seed.
     self.order_seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.seed = int(params.seed)
-    self.noise_prob, self.snr_db = params.noise_prob, params.noise_snr_db
-    self.recordings, self.silence_label = recordings, silence_label
-    self.sample_rate = params.sample_rate
-    self.speed, self.tempo = params.speed_perturb, params.tempo_perturb
-    self.semitones, self.vocoder_prob = params.pitch_shift_semitones, params.pitch_tempo_prob
-    self.reverb_prob, self.rt60, self.rirs = params.reverb_prob, params.reverb_rt60, rirs
+    self.params = params  # Its augmentations' fields, read by their Params names.
+    self.recordings, self.silence_label, self.rirs = recordings, silence_label, rirs
     self._spectra = None  # The impulse responses' spectra, made at first use (`_responses`).
-    self.gain_db, self.mixup_alpha = params.gain_db, params.mixup_alpha
     self.num_classes = num_classes
-    if self.mixup_alpha and not num_classes:
+    if params.mixup_alpha and not num_classes:
       raise ValueError("mixup needs num_classes: its labels are soft, one value per class")
     self.classes = None
     if params.balanced_sampler:
@@ -166,7 +106,7 @@ class Sampler:
 
   def mixes(self, training: bool) -> bool:
     """Whether batches of this stream get noise (`add_noise`) at all."""
-    return (training and self.noise_prob > 0) or self.silence_label is not None
+    return (training and self.params.noise_prob > 0) or self.silence_label is not None
 
   def mapped(self) -> "Sampler":
     """This sampler for a graph that runs on another host (a tf.data service worker's).
@@ -182,14 +122,14 @@ class Sampler:
   def augments(self, training: bool) -> bool:
     """Whether `augment` changes batches of this stream at all (else it need not run)."""
     return self.mixes(training) or (training and (
-        self._voice_on() or self.reverb_prob > 0 or self.gain_db != (0.0, 0.0)
-        or self.mixup_alpha > 0))
+        self._voice_on() or self.params.reverb_prob > 0 or self.params.gain_db != (0.0, 0.0)
+        or self.params.mixup_alpha > 0))
 
   def batch(self, k) -> tuple[tf.Tensor, tf.Tensor]:
     """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
 
     `u` picks each window's start once the clip's length is known
-    (`window_start`): the cold pass knows it only after decoding.
+    (`start`): the cold pass knows it only after decoding.
     """
     return self._batch_fn(tf.cast(k, tf.int64))
 
@@ -257,13 +197,15 @@ class Sampler:
     return tf.gather(rows, tf.gather(starts, slot) + position)
 
   def _uniform(self, k):
-    return tf.random.stateless_uniform([self.batch_size], self._key(0, k), dtype=tf.float64)
+    return tf.random.stateless_uniform([self.batch_size], self._key("window", k),
+                                       dtype=tf.float64)
 
-  def train_start(self, u, length):
-    return window_start(u, length, self.clip_samples, self.shift)
+  def start(self, u, length):
+    """Where windows of clips of `length` start: drawn by `u` in training, or (u None) centred."""
+    return window_lib.start(u, length, self.clip_samples, self.shift)
 
   def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
-    """(window, length) of a decoded clip: at `train_start(u, ...)`, or without u its centre.
+    """(window, length) of a decoded clip: at `start(u, ...)`, or without u its centre.
 
     Traced once per (window, shift) and process (`_traced_window`): the cold
     pass builds it into the function every example runs.
@@ -271,9 +213,6 @@ class Sampler:
     if u is None:
       return _traced_window(self.clip_samples, self.shift, False)(samples)
     return _traced_window(self.clip_samples, self.shift, True)(samples, u)
-
-  def eval_start(self, length):
-    return center_start(tf.cast(length, tf.int64), self.clip_samples)
 
   def add_noise(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True) -> tf.Tensor:
     """Noise under the examples of batch k ([batch, clip_samples] float32; labels [batch]).
@@ -290,13 +229,13 @@ class Sampler:
     """`add_noise`'s draws, as the step that adds the noise."""
     k = tf.cast(k, tf.int64)
     size = tf.shape(waves)[:1]
-    stream = 1 if training else 3  # Evaluation draws apart from training's, whatever k.
+    stream = "noise" if training else "silence"  # Evaluation draws apart from training's.
     pick, level, which, where, gain = tf.unstack(tf.random.stateless_uniform(
         tf.concat([[5], size], 0), self._key(stream, k), dtype=tf.float64))
     silence = (tf.equal(labels, self.silence_label) if self.silence_label is not None
                else tf.zeros(size, tf.bool))
-    chosen = (silence | (pick < self.noise_prob)) if training else silence
-    low, high = self.snr_db
+    chosen = (silence | (pick < self.params.noise_prob)) if training else silence
+    low, high = self.params.noise_snr_db
     snr_db = tf.cast(low + level * (high - low), tf.float32)
     # The level of the recording, not of the excerpt: a quiet passage stays quiet.
     noise_rms = WHITE_RMS if self.recordings is None else self.recordings.rms(which)
@@ -305,7 +244,8 @@ class Sampler:
     relative = tf.where(silence, 0.0, 1.0 / (noise_rms * 10.0 ** (snr_db / 20.0)))
     if self.recordings is not None:
       return self.recordings.add_step(chosen, which, where, absolute, relative, waves.shape[-1])
-    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves), self._key(stream + 1, k))
+    noise = WHITE_RMS * tf.random.stateless_normal(tf.shape(waves),
+                                                   self._key(stream + "/white", k))
     return augment_lib.noise_step(noise, chosen, absolute, relative)
 
   def augment(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True,
@@ -322,25 +262,31 @@ class Sampler:
     as one program (`augment.apply`). With `scale`, `waves` are int16
     samples that the program first turns into float32 (times scale).
     """
-    k = tf.cast(k, tf.int64)
     steps = [] if scale is None else [augment_lib.scale_step(scale)]
-    steps += self._voice_and_room(waves, k) if training else []
+    return augment_lib.apply(waves, labels, steps + self.steps(waves, labels, k, training))
+
+  def steps(self, waves: tf.Tensor, labels: tf.Tensor, k,
+            training: bool = True) -> list[augment_lib.Step]:
+    """Batch k's augmentations as `augment.Step`s, every draw taken, in `augment`'s order."""
+    k = tf.cast(k, tf.int64)
+    steps = self._voice_and_room(waves, k) if training else []
     if self.mixes(training):
       steps.append(self._noise(waves, labels, k, training))
     if training:
       steps += self._gain(waves, k) + self._mixup(waves, k)
-    return augment_lib.apply(waves, labels, steps)
+    return steps
 
   def _voice_on(self) -> bool:
-    return self.speed != (1.0, 1.0) or self._vocoder_on()
+    return self.params.speed_perturb != (1.0, 1.0) or self._vocoder_on()
 
   def _vocoder_on(self) -> bool:
-    return self.semitones != (0.0, 0.0) or self.tempo != (1.0, 1.0)
+    p = self.params
+    return p.pitch_shift_semitones != (0.0, 0.0) or p.tempo_perturb != (1.0, 1.0)
 
-  def _draws(self, sub: int, k, rows: int, size) -> list[tf.Tensor]:
-    """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from sub-stream `sub`."""
+  def _draws(self, name: str, k, rows: int, size) -> list[tf.Tensor]:
+    """`rows` draws per example of batch k, each [batch] uniform in [0, 1), from stream `name`."""
     return tf.unstack(tf.random.stateless_uniform(tf.concat([[rows], size], 0),
-                                                  self._key(_AUGMENT, k, sub)), num=rows)
+                                                  self._key(name, k)), num=rows)
 
   def _voice_and_room(self, waves, k) -> list:
     """The steps of pitch and tempo apart (a vocoder), reverberation, then speed (resampling).
@@ -371,18 +317,20 @@ class Sampler:
     """
     if not self._voice_on():
       return [], None, None
-    speed, semitones, tempo, pick = self._draws(0, k, 4, tf.shape(waves)[:1])
-    pitch = 2.0 ** (_between(self.semitones, semitones) / 12.0)
+    size = tf.shape(waves)[:1]
+    speed, semitones, tempo, pick = (self._draws(name, k, 1, size)[0]
+                                     for name in ("speed", "pitch", "tempo", "vocoder"))
+    pitch = 2.0 ** (_between(self.params.pitch_shift_semitones, semitones) / 12.0)
     if not self._vocoder_on():
-      return [], _between(self.speed, speed) * pitch, None
-    chosen = pick < self.vocoder_prob
+      return [], _between(self.params.speed_perturb, speed) * pitch, None
+    chosen = pick < self.params.pitch_tempo_prob
     pitch = tf.where(chosen, pitch, 1.0)
-    factors = _between(self.speed, speed) * pitch
+    factors = _between(self.params.speed_perturb, speed) * pitch
     # The resampling's low-pass of these examples is the vocoder's, on its own spectra.
-    steps = [augment_lib.stretch_step(_between(self.tempo, tempo) / pitch,
-                                      augment_lib.vocoder_frame(self.sample_rate), chosen,
+    steps = [augment_lib.stretch_step(_between(self.params.tempo_perturb, tempo) / pitch,
+                                      augment_lib.vocoder_frame(self.params.sample_rate), chosen,
                                       1.0 / factors)]
-    if self.speed == (1.0, 1.0) and self.semitones == (0.0, 0.0):
+    if (self.params.speed_perturb, self.params.pitch_shift_semitones) == ((1.0, 1.0), (0.0, 0.0)):
       return steps, None, None
     return steps, factors, chosen
 
@@ -393,13 +341,13 @@ class Sampler:
     only the chosen examples are (the FFTs are most of the cost). With the
     resampling's `factors`, their low-pass too (cutoff 1 / factor).
     """
-    if not self.reverb_prob:
+    if not self.params.reverb_prob:
       return [], None
-    pick, which = self._draws(1, k, 2, tf.shape(waves)[:1])
+    pick, which = self._draws("reverb", k, 2, tf.shape(waves)[:1])
     spectra = self._responses()
     count = spectra.shape[0]
     which = tf.minimum(tf.cast(which * count, tf.int32), count - 1)
-    chosen = pick < self.reverb_prob
+    chosen = pick < self.params.reverb_prob
     cutoff = None if factors is None else 1.0 / factors
     return [augment_lib.reverberate_step(spectra, which, chosen, cutoff)], chosen
 
@@ -426,39 +374,53 @@ class Sampler:
       count = self.rirs.count
       which = (tf.range(count, dtype=tf.float32) + 0.5) / count
       return self.rirs.excerpts(which, tf.zeros_like(which), self.rirs.longest)
-    taps = augment_lib.synthetic_taps(max(self.rt60), self.sample_rate, self.clip_samples)
+    taps = augment_lib.synthetic_taps(max(self.params.reverb_rt60), self.params.sample_rate,
+                                      self.clip_samples)
     count, root3 = SYNTHETIC_RESPONSES, 3.0 ** 0.5
-    key = tf.constant([self.seed * 8 + _RESPONSES, 0], tf.int64)  # One bank for every shard.
-    spread = tf.random.stateless_uniform([count], key)
-    noise = tf.random.stateless_uniform([count, taps], key + [0, 1], -root3, root3)
-    rt60 = _between(self.rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
-    return augment_lib.synthetic_rirs(noise, rt60, self.sample_rate)
+    # One bank for every shard: keyed by the seed alone.
+    spread = tf.random.stateless_uniform([count], stream_key(self.seed, "responses/rt60", 0))
+    noise = tf.random.stateless_uniform([count, taps], stream_key(self.seed, "responses/tail", 0),
+                                        -root3, root3)
+    rt60 = _between(self.params.reverb_rt60, (tf.range(count, dtype=tf.float32) + spread) / count)
+    return augment_lib.synthetic_rirs(noise, rt60, self.params.sample_rate)
 
   def _gain(self, waves, k):
-    if self.gain_db == (0.0, 0.0):
+    if self.params.gain_db == (0.0, 0.0):
       return []
-    db = _between(self.gain_db, self._draws(3, k, 1, tf.shape(waves)[:1])[0])
+    db = _between(self.params.gain_db, self._draws("gain", k, 1, tf.shape(waves)[:1])[0])
     return [augment_lib.gain_step(db)]
 
   def _mixup(self, waves, k):
     """Each example mixed with a partner of its batch (a drawn permutation), by Beta(a, a)."""
-    if not self.mixup_alpha:
+    if not self.params.mixup_alpha:
       return []
     size = tf.shape(waves)[:1]
-    partners = tf.argsort(self._draws(4, k, 1, size)[0])
+    partners = tf.argsort(self._draws("mixup", k, 1, size)[0])
     # Beta(a, a) as the ratio of two Gamma(a) draws: one op each, keyed like every draw.
-    a, b = (tf.random.stateless_gamma(size, self._key(_AUGMENT, k, sub), alpha=self.mixup_alpha)
-            for sub in (5, 6))
+    a, b = (tf.random.stateless_gamma(size, self._key(name, k), alpha=self.params.mixup_alpha)
+            for name in ("mixup/a", "mixup/b"))
     weights = tf.math.divide_no_nan(a, a + b)
     return [augment_lib.mixup_step(partners, weights, self.num_classes)]
 
-  def _key(self, stream: int, k: tf.Tensor, sub: Optional[int] = None) -> tf.Tensor:
-    # Streams apart by a large stride, shards by k: each draw has its own keys.
-    # A stream's sub-streams (the augmentations', at most 8) apart by k's low bits.
+  def _key(self, name: str, k: tf.Tensor) -> tf.Tensor:
+    """The key of stream `name`'s draws for batch k: shards' batches interleave, never meet."""
     index, count = self.shard
-    at = k * count + index
-    return tf.stack([tf.constant(self.seed * 8 + stream, tf.int64),
-                     at if sub is None else at * 8 + sub])
+    return stream_key(self.seed, name, k * count + index)
+
+
+def stream_id(seed: int, name: str) -> int:
+  """A stable signed 64-bit hash of (seed, stream name): the first half of the stream's keys."""
+  digest = hashlib.blake2b(f"{int(seed)}\0{name}".encode("utf-8"), digest_size=8).digest()
+  return int.from_bytes(digest, "little", signed=True)
+
+
+def stream_key(seed: int, name: str, at) -> tf.Tensor:
+  """The stateless key int64 [2] of draw `at` of stream `name`: (stream_id, at).
+
+  A stream's draws depend on its name, the seed and `at` alone, so adding or
+  removing another augmentation leaves them as they were.
+  """
+  return tf.stack([tf.constant(stream_id(seed, name), tf.int64), tf.cast(at, tf.int64)])
 
 
 @functools.lru_cache(maxsize=None)
@@ -468,33 +430,11 @@ def _traced_window(n: int, shift: int, training: bool):
 
   def cut(source, u=None):
     length = tf.size(source, out_type=tf.int64)
-    start = window_start(u, length, n, shift) if training else center_start(length, n)
-    return window(source, 0, length, start, n), length
+    start = window_lib.start(u if training else None, length, n, shift)
+    return window_lib.cut(source, 0, length, start, n), length
 
   signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
   return tf.function(cut, input_signature=signature, autograph=False)
-
-
-class Recent:
-  """The last `size` values put, by key: a bounded memo that threads may share."""
-
-  def __init__(self, size: int):
-    self._size, self._items = size, collections.OrderedDict()
-    self._lock = threading.Lock()
-
-  def get(self, key):
-    with self._lock:
-      value = self._items.get(key)
-      if value is not None:
-        self._items.move_to_end(key)
-      return value
-
-  def put(self, key, value) -> None:
-    with self._lock:
-      self._items[key] = value
-      self._items.move_to_end(key)
-      while len(self._items) > self._size:
-        self._items.popitem(last=False)
 
 
 # `Sampler.batch`, traced, by the numbers it depends on: a process keeps a few.

@@ -19,6 +19,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from audioclf import files
 from audioclf.data.manifest import NOISE_FOLDER, DataError, Manifest
 from audioclf.data import store as store_lib
 from audioclf.params import DATA_SERVICE_ADDRESS, Params
@@ -95,7 +96,7 @@ def publish(params: Params, manifest: Manifest, split: str = "train") -> str:
   """Writes this worker's listing of `split` where trainers look for it (under the cache root)."""
   path = _listing_path(params, split)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  store_lib.atomic_write(path, listing(params, manifest, split).encode())
+  files.atomic_write(path, listing(params, manifest, split).encode())
   return path
 
 

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import logging
 
-from audioclf.data import decode, sampler
+from audioclf.data import decode, window
 from audioclf.data.manifest import AUDIO_EXTENSIONS
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
@@ -44,12 +44,11 @@ def center_clip(samples: np.ndarray, clip_samples: int) -> np.ndarray:
   """The middle clip_samples of `samples`, zero-padded at the end if shorter.
 
   input_fn's evaluation window, cut by the same functions (audioclf.data.
-  sampler), so a file scores here as it scored there.
+  window), so a file scores here as it scored there.
   """
   length = len(samples)
-  window = sampler.window(np.asarray(samples, np.float32), 0, length,
-                          sampler.center_start(length, clip_samples), clip_samples)
-  return window.numpy()
+  return window.cut(np.asarray(samples, np.float32), 0, length,
+                    window.center_start(length, clip_samples), clip_samples).numpy()
 
 
 def probabilities(model_dir: str, paths: Sequence[str], params: Optional[Params] = None,

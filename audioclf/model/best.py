@@ -22,6 +22,7 @@ from typing import Any, Optional
 import tensorflow as tf
 from absl import logging
 
+from audioclf import files
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
 
@@ -130,10 +131,8 @@ class Tracker:
       for source in tf.io.gfile.glob(f"{checkpoint}.*"):
         tf.io.gfile.copy(source, os.path.join(self._dir, os.path.basename(source)),
                          overwrite=True)
-    tmp = os.path.join(self._dir, f"{model_dir_lib.BEST_FILE}.tmp")
-    with open(tmp, "w") as f:
-      f.write(json.dumps(self.record, indent=1) + "\n")
-    os.replace(tmp, os.path.join(self._dir, model_dir_lib.BEST_FILE))
+    files.atomic_write(os.path.join(self._dir, model_dir_lib.BEST_FILE),
+                       (json.dumps(self.record, indent=1) + "\n").encode("utf-8"))
     keep = f"{self.record['checkpoint']}."
     for path in tf.io.gfile.glob(os.path.join(self._dir, f"{model_dir_lib.CHECKPOINT_NAME}-*")):
       if not os.path.basename(path).startswith(keep):

@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional, Sequence
 import tensorflow as tf
 from google.protobuf import text_format
 
-from audioclf import compat
+from audioclf import compat, files
 from audioclf.compat import keras
 from audioclf.model import build as models
 from audioclf.model import registry
@@ -399,11 +399,7 @@ def load_model(model_dir: str, params: Optional[Params] = None,
 
 
 def _write_text(path: str, text: str) -> None:
-  # Write then rename: a reader (or a crash) never sees half a file.
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
+  files.atomic_write(path, text.encode("utf-8"))  # A reader (or a crash) never sees half a file.
 
 
 def write_whole(path: str, write: Callable[[str], None]) -> None:

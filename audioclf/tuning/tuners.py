@@ -13,10 +13,9 @@ import psutil
 import tensorflow as tf
 from absl import logging
 
-from audioclf import compat
+from audioclf import compat, files
 from audioclf.compat import private
 from audioclf.data import fill as fill_lib
-from audioclf.data import store as store_lib
 from audioclf.engines import common as engines_common
 from audioclf.params import TUNERS, Params
 from audioclf.tuning.hypermodel import AudioHyperModel
@@ -76,7 +75,7 @@ def make_tuner(params: Params, hypermodel: AudioHyperModel, tune_dir: str) -> kt
     params.ParamError: an unknown tuner or model, or a trial budget that is not positive.
   """
   params.validate()
-  private.write_search_state_with(store_lib.atomic_write)  # A search killed at any point resumes.
+  private.write_search_state_with(files.atomic_write)  # A search killed at any point resumes.
   # keras-tuner takes a seed of 0 for "none" and would draw one at random.
   common = dict(hypermodel=hypermodel, objective=kt.Objective(OBJECTIVE, "max"),
                 seed=params.seed + 1, directory=tune_dir, project_name=PROJECT, overwrite=False)
