@@ -133,7 +133,7 @@ def _check_outputs(root: str, out: dict) -> None:
   assert trained["model"] == "my_models:tiny" and trained["steps"] == 60  # The stand-in's steps.
   with open(os.path.join(root, "runs", "my_model", "params.json")) as f:
     recorded = json.load(f)["model_args"]
-  assert recorded == {"blocks": 2, "width": 16, "kernel": 3}  # Every argument, defaults too.
+  assert recorded == {"blocks": 3, "width": 16, "kernel": 3}  # Every argument, defaults too.
   assert out[(".venv", "evaluate", "")]["accuracy"] == pytest.approx(trained["test_accuracy"])
   predicted = out[(".venv", "predict", "")]
   assert (predicted["clips"], predicted["long_files"]) == (2, 1)
