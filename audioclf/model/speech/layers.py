@@ -70,11 +70,10 @@ class SpeechMel(keras.layers.Layer):
     self.padding = int(padding)
 
   def build(self, input_shape):
+    # Constants, not weights, as LogMelSpectrogram's: nothing trains them, and a
+    # checkpoint without them restores into any build of the same front end.
     weights = shipped.weights()
-    self.window = self.add_weight(name="window", shape=weights.window.shape, trainable=False,
-                                  initializer=_constant(weights.window))
-    self.mel = self.add_weight(name="mel", shape=weights.mel.shape, trainable=False,
-                               initializer=_constant(weights.mel))
+    self.window, self.mel = tf.constant(weights.window), tf.constant(weights.mel)
     super().build(input_shape)
 
   def call(self, waveform):
