@@ -289,3 +289,22 @@ def define_synthesize_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None
   flags.DEFINE_bool("force", False, "Write the dataset again even where --out holds it already.",
                     flag_values=flag_values)
   flags.DEFINE_bool("progress", True, "A progress bar on stderr.", flag_values=flag_values)
+
+
+def define_listen_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The model_dir flags, plus audioclf listen's own. Idempotent."""
+  define_model_dir_flags(flag_values)
+  if "input" in flag_values:
+    return
+  flags.DEFINE_string("input", None, "audioclf listen: a 16 kHz mono audio file, or - for raw "
+                      "PCM16 mono at 16 kHz on stdin (arecord -f S16_LE -r 16000 -c 1).",
+                      flag_values=flag_values)
+  flags.DEFINE_bool("realtime", False, "audioclf listen, a file: deliver its hops at the pace "
+                    "a microphone would (default: as fast as the model runs).",
+                    flag_values=flag_values)
+  flags.DEFINE_integer("smoothing_hops", None, "audioclf listen: hops (80 ms each) of the "
+                       "moving average of each label's probability (default the model_dir's "
+                       "detector.json, else 3).", lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_float("refractory_seconds", None, "audioclf listen: after a detection, seconds "
+                     "before the same label fires again (default the model's window).",
+                     lower_bound=0, flag_values=flag_values)

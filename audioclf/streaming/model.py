@@ -59,6 +59,7 @@ class StreamingModel(tf.Module):
       raise ParamError(f"streaming takes {speech.SAMPLE_RATE} Hz audio, not {sample_rate}")
     mel, embedding = model.get_layer("speech_mel"), model.get_layer("speech_embedding")
     self.labels = list(labels)
+    self.sample_rate = sample_rate
     self.window_embeddings = int(embedding.output.shape[1])
     self.window_samples = int(model.inputs[0].shape[1]) + 2 * mel.padding
     self.window_frames = speech.num_frames(self.window_samples)
