@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -124,3 +125,22 @@ def test_ctrl_c_ends_it_with_the_summary(model_dir):
   finally:
     proc.kill()
   assert summary["stopped"] == "interrupted" and summary["detections"] >= 1
+
+
+def test_evaluate_background_keeps_the_threshold_that_meets_the_target(model_dir, tmp_path):
+  from audioclf.model import model_dir as model_dir_lib
+  from audioclf.streaming import background
+  model_dir = shutil.copytree(model_dir, tmp_path / "model")  # The other tests keep the defaults.
+  noise = tmp_path / "noise"
+  noise.mkdir()
+  rng = np.random.default_rng(0)
+  sf.write(noise / "hum.wav", 0.05 * rng.standard_normal(16000 * 20).astype(np.float32), 16000)
+  params = model_dir_lib.read_params(model_dir)
+  report = background.evaluate_background(str(model_dir), str(noise), params, split="train",
+                                          target_false_accepts_per_hour=1000.0)
+  assert report["background_hours"] == pytest.approx(20 / 3600, abs=1e-4)
+  assert report["false_accepts_per_hour"] <= 1000.0 and 0 <= report["false_reject_rate"] <= 1
+  assert report["keywords"] > 0
+  kept = detector_lib.read_settings(model_dir)
+  assert kept["threshold"] == report["threshold"] and kept["target_false_accepts_per_hour"] == 1000
+  assert os.path.getsize(os.path.join(report["report_dir"], background.DET_FILE)) > 0

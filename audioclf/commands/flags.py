@@ -85,6 +85,16 @@ def _define_evaluate_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_string("saved_model", None, "audioclf evaluate: evaluate this exported "
                       "SavedModel instead of --model_dir (its params.json, or the flags, "
                       "say where the data is).", flag_values=flag_values)
+  flags.DEFINE_string("background", None, "audioclf evaluate, a speech_embedding model_dir: "
+                      "an audio file or folder with no keyword spoken (e.g. "
+                      "data/speech_words/_background_noise_): report the streaming detector's "
+                      "false accepts per hour there, and its false rejects of the --split's "
+                      "keyword clips placed into it, with the DET curve.",
+                      flag_values=flag_values)
+  flags.DEFINE_float("target_false_accepts_per_hour", None, "audioclf evaluate --background: "
+                     "choose the threshold that meets this with the fewest false rejects, and "
+                     "keep it in <model_dir>/detector.json (audioclf listen and the streaming "
+                     "export read it).", lower_bound=0, flag_values=flag_values)
   flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
                       "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)

@@ -53,6 +53,7 @@ class Detector:
     self.labels = list(labels)
     self.threshold, self.hop_seconds = float(threshold), float(hop_seconds)
     self.refractory_hops, self.warmup_hops = int(refractory_hops), int(warmup_hops)
+    self.smoothing_hops = int(smoothing_hops)
     self._keywords = np.array([label not in set(background) for label in self.labels])
     self._recent = collections.deque(maxlen=int(smoothing_hops))
     self._next_allowed = np.zeros(len(self.labels), np.int64)
