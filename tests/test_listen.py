@@ -144,3 +144,15 @@ def test_evaluate_background_keeps_the_threshold_that_meets_the_target(model_dir
   kept = detector_lib.read_settings(model_dir)
   assert kept["threshold"] == report["threshold"] and kept["target_false_accepts_per_hour"] == 1000
   assert os.path.getsize(os.path.join(report["report_dir"], background.DET_FILE)) > 0
+
+
+def test_export_tflite_streaming_writes_the_model_and_its_settings(model_dir, tmp_path):
+  from test_your_model import audioclf as command, last_json
+  out = tmp_path / "stream"
+  result = last_json(command("export", f"--model_dir={model_dir}", "--format=tflite_streaming",
+                             f"--export_dir={out}", "--quantize=none"))
+  assert result["variants"]["none"]["max_prob_diff"] < 1e-5
+  assert os.path.getsize(out / "stream.tflite") > 0 and not (out / "stream_dynamic.tflite").exists()
+  sidecar = json.loads((out / "stream.json").read_text())
+  assert sidecar["hop_samples"] == 1280 and sidecar["sample_rate"] == 16000
+  assert sidecar["labels"] == ["high", "low"] and sidecar["threshold"] == 0.5

@@ -77,3 +77,18 @@ def test_only_speech_embedding_streams(tmp_path):
   (tmp_path / "params.json").write_text(Params(model="cnn").to_json())
   with pytest.raises(ParamError, match=r"only --model=speech_embedding streams, not --model=cnn"):
     streaming.StreamingModel.from_model_dir(str(tmp_path))
+
+
+def test_the_tflite_form_runs_hop_by_hop_as_the_streaming_model(stream_and_clip):
+  from audioclf.streaming import tflite
+  stream, _ = stream_and_clip
+  hops = tflite.check_audio(40, seed=1)
+  stream.reset()
+  expected = np.stack([stream.step(hop[None]).numpy()[0] for hop in hops])
+  stream.step(hops[:1])  # Converting must start from a fresh stream whatever the state.
+  content = tflite.convert(stream, "none")
+  np.testing.assert_allclose(tflite.run_hops(content, hops), expected, atol=1e-5, rtol=0)
+  assert np.ptp(expected, axis=0).max() > 0.05
+  assert len(tflite.convert(stream, "dynamic")) < len(content) / 2
+  with pytest.raises(ParamError, match=r"--quantize=int8 is not offered, only none, dynamic"):
+    tflite.convert(stream, "int8")

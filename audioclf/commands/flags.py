@@ -104,9 +104,12 @@ def _define_export_flags(flag_values: flags.FlagValues) -> None:
   """audioclf export's own flags: where, in which format, and TFLite's quantization."""
   flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
                       "(default <model_dir>/export).", flag_values=flag_values)
-  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf export "
-                    "writes: a SavedModel, or TensorFlow Lite models (default "
-                    "<model_dir>/tflite) checked against the Keras model.",
+  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite", "tflite_streaming"),
+                    "What audioclf export writes: a SavedModel, TensorFlow Lite models "
+                    "(default <model_dir>/tflite) checked against the Keras model, or a "
+                    "speech_embedding model's streaming form (one 80 ms hop per call, its state "
+                    "inside; default <model_dir>/tflite_streaming; --quantize none or dynamic, "
+                    "default both).",
                     flag_values=flag_values)
   flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
                           "--format=tflite: the variants to write, side by side: none (float), "

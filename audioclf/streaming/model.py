@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from audioclf import compat
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.model.speech import layers as speech
 from audioclf.params import ParamError
@@ -70,7 +71,9 @@ class StreamingModel(tf.Module):
     self._biases = [value(b) * embedding.scale for b in embedding.biases]
     self.lag = lag_frames([int(k.shape[0]) for k in self._kernels])
     # The layers after the embedding, as the clip model runs them on its window.
-    self._head = type(model)(embedding.output, model.outputs[0])
+    # An attribute, so that a SavedModel of this module tracks the Keras 2 weights it reads.
+    self._head_model = type(model)(embedding.output, model.outputs[0])
+    self._head = compat.constant_call(self._head_model)
     self._initial = self._initial_state()
     self._state = {name: tf.Variable(v, trainable=False, name=name)
                    for name, v in self._initial.items()}
@@ -134,7 +137,7 @@ class StreamingModel(tf.Module):
     embedding = self._embed(frames)
     buffer = tf.concat([self._state["embeddings"][:, 1:], embedding], axis=1)
     self._state["embeddings"].assign(buffer)
-    return self._head(buffer, training=False)
+    return self._head(buffer)
 
   def _mel_frames(self, hop):
     """SpeechMel's 8 new frames [1, 8, 32], floored under the peak of the window's frames so far."""
