@@ -92,3 +92,12 @@ def test_the_tflite_form_runs_hop_by_hop_as_the_streaming_model(stream_and_clip)
   assert len(tflite.convert(stream, "dynamic")) < len(content) / 2
   with pytest.raises(ParamError, match=r"--quantize=int8 is not offered, only none, dynamic"):
     tflite.convert(stream, "int8")
+
+
+def test_the_fast_step_is_the_step(stream_and_clip):
+  stream, _ = stream_and_clip
+  hops = vowels(2.0, seed=5)[:streaming.HOP_SAMPLES * 20].reshape(20, 1, -1)
+  stream.reset()
+  plain = [stream.step(hop).numpy() for hop in hops]
+  stream.reset()
+  np.testing.assert_allclose([stream.fast_step(hop).numpy() for hop in hops], plain, atol=1e-5)

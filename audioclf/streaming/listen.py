@@ -38,7 +38,7 @@ def listen(stream: streaming.StreamingModel, hops: Iterable[np.ndarray],
   try:
     for hop in hops:
       began = time.perf_counter()
-      probabilities = stream.step(np.asarray(hop, np.float32)[None]).numpy()[0]
+      probabilities = stream.fast_step(np.asarray(hop, np.float32)[None]).numpy()[0]
       model_seconds += time.perf_counter() - began
       for detection in detector.update(probabilities):
         detections += 1

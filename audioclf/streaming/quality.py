@@ -36,7 +36,7 @@ def stream_probabilities(stream: streaming.StreamingModel, audio: np.ndarray) ->
   stream.reset()
   hops = -(-len(audio) // streaming.HOP_SAMPLES)
   audio = np.pad(np.asarray(audio, np.float32), (0, hops * streaming.HOP_SAMPLES - len(audio)))
-  return np.stack([stream.step(hop[None]).numpy()[0]
+  return np.stack([stream.fast_step(hop[None]).numpy()[0]
                    for hop in audio.reshape(hops, streaming.HOP_SAMPLES)])
 
 
