@@ -9,11 +9,13 @@ streaming export.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Optional
 
 import numpy as np
+import soundfile as sf
 
 from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
@@ -26,6 +28,8 @@ from audioclf.streaming import model as streaming
 MAX_KEYWORDS = 300  # Keyword clips placed, at most: the false-reject rate's precision is enough then.
 GAP_SECONDS = 1.0  # Between one keyword leaving the model's window and the next arriving.
 REPORT_FILE = "detector_report.json"
+SAMPLE_FILE = "keywords_sample.wav"  # The keyword stream's first minute, for audioclf listen.
+SAMPLE_SECONDS = 60.0
 DET_FILE = "det.png"
 
 
@@ -81,6 +85,7 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
             "curve": curve}
   report_dir = report_dir or os.path.join(model_dir, "eval_background")
   _write_report(report_dir, report, point)
+  _write_sample(report_dir, keywords, placed, stream.sample_rate)
   if target_false_accepts_per_hour is not None:
     kept = {k: report[k] for k in ("threshold", "smoothing_hops", "target_false_accepts_per_hour",
                                    "false_accepts_per_hour", "false_reject_rate",
@@ -124,6 +129,16 @@ def _keywords(params: Params, split: str, stream) -> list[tuple[np.ndarray, str]
                                           dtype=int)]
   return [(decode.decode_file(e.path, stream.sample_rate)[:params.clip_samples], e.label)
           for e in chosen]
+
+
+def _write_sample(report_dir: str, audio: np.ndarray, placed, sample_rate: int) -> None:
+  """The keyword stream's first SAMPLE_SECONDS as 16-bit audio, and where its keywords are."""
+  end = int(SAMPLE_SECONDS * sample_rate)
+  sf.write(os.path.join(report_dir, SAMPLE_FILE), np.clip(audio[:end], -1, 1), sample_rate,
+           subtype="PCM_16")
+  with open(os.path.join(report_dir, SAMPLE_FILE.replace(".wav", ".json")), "w") as f:
+    json.dump([dataclasses.asdict(p) for p in placed if p.end <= SAMPLE_SECONDS], f, indent=1)
+    f.write("\n")
 
 
 def _write_report(report_dir: str, report: dict, point: dict) -> None:
