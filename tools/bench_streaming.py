@@ -44,7 +44,7 @@ def define_flags() -> None:
 
 
 def models():
-  """(streaming model, the sliding window's TF function of [1, window] audio, its TFLite flatbuffer)."""
+  """(streaming model, the sliding window as a TF function of [1, window], as TFLite)."""
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from audioclf import Params, compat
@@ -127,7 +127,7 @@ def _interpreter(content: bytes):
 
 
 def table(results: list[dict]) -> tuple[str, dict]:
-  """The markdown table and the target's verdict, each runtime's streaming against its sliding window."""
+  """The markdown table and the verdicts: each runtime's streaming against its sliding window."""
   by_row = {r["row"]: r["us_per_hop"] for r in results}
   lines = ["| per 80 ms hop | CPU µs | real-time factor | vs its sliding window |",
            "|---|---:|---:|---:|"]

@@ -44,7 +44,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _background() -> None:
-  """--background: the streaming detector's false accepts and rejects (audioclf.streaming.background)."""
+  """--background: the streaming detector's errors (audioclf.streaming.background)."""
   # pylint: disable=g-import-not-at-top
   from audioclf.model import model_dir
   from audioclf.params import ParamError

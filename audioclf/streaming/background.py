@@ -25,7 +25,7 @@ from audioclf.streaming import detector as detector_lib
 from audioclf.streaming import listen, quality
 from audioclf.streaming import model as streaming
 
-MAX_KEYWORDS = 300  # Keyword clips placed, at most: the false-reject rate's precision is enough then.
+MAX_KEYWORDS = 300  # Keyword clips placed, at most: a false-reject rate to a third of a percent.
 GAP_SECONDS = 1.0  # Between one keyword leaving the model's window and the next arriving.
 REPORT_FILE = "detector_report.json"
 SAMPLE_FILE = "keywords_sample.wav"  # The keyword stream's first minute, for audioclf listen.
@@ -117,7 +117,7 @@ def _background(path: str, sample_rate: int) -> np.ndarray:
 
 
 def _keywords(params: Params, split: str, stream) -> list[tuple[np.ndarray, str]]:
-  """The split's keyword clips (no background label), decoded; at most MAX_KEYWORDS, spread over the split."""
+  """The split's keyword clips (no background label), decoded: MAX_KEYWORDS at most, spread."""
   manifest = manifest_lib.load(params)
   if list(manifest.labels) != stream.labels:
     raise ParamError(f"the model knows labels {stream.labels}, the data has "

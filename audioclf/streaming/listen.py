@@ -18,7 +18,7 @@ STOPPED_CLOSED = "output closed"
 def listen(stream: streaming.StreamingModel, hops: Iterable[np.ndarray],
            detector: detector_lib.Detector,
            emit: Callable[[detector_lib.Detection], None]) -> dict:
-  """Runs `stream` on every hop and calls `emit` on each detection, until the hops or the output end.
+  """Runs `stream` on every hop and `emit` on each detection, until the hops or the output end.
 
   Ctrl-C (KeyboardInterrupt) and a closed output (BrokenPipeError from
   `emit`) end the stream as its end does: what was heard is summarized.
@@ -54,7 +54,7 @@ def listen(stream: streaming.StreamingModel, hops: Iterable[np.ndarray],
 
 
 def make_detector(stream: streaming.StreamingModel, settings: dict) -> detector_lib.Detector:
-  """A Detector for `stream` at an operating point {threshold, smoothing_hops, refractory_seconds}."""
+  """A Detector for `stream` at {threshold, smoothing_hops, refractory_seconds, background_labels}."""
   hop_seconds = streaming.HOP_SAMPLES / stream.sample_rate
   refractory = settings.get("refractory_seconds")
   if refractory is None:

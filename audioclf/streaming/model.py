@@ -27,7 +27,8 @@ from audioclf.model.speech import layers as speech
 from audioclf.params import ParamError
 
 HOP_SAMPLES = speech.HOP_SAMPLES * speech.EMBEDDING_HOP  # 1280: one embedding step.
-TAIL_SAMPLES = speech.FRAME_SAMPLES - speech.HOP_SAMPLES  # 352: a frame's overlap with the next hop.
+# 352: what a frame shares with the next hop's frames.
+TAIL_SAMPLES = speech.FRAME_SAMPLES - speech.HOP_SAMPLES
 MODEL = "speech_embedding"
 
 

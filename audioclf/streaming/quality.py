@@ -32,7 +32,7 @@ class Placed:
 
 
 def stream_probabilities(stream: streaming.StreamingModel, audio: np.ndarray) -> np.ndarray:
-  """The streaming model's probabilities [hops, classes] over `audio` (the last hop padded with silence)."""
+  """The streaming model's probabilities [hops, classes] over `audio`, its last hop padded."""
   stream.reset()
   hops = -(-len(audio) // streaming.HOP_SAMPLES)
   audio = np.pad(np.asarray(audio, np.float32), (0, hops * streaming.HOP_SAMPLES - len(audio)))
@@ -51,7 +51,7 @@ def false_accepts_per_hour(count: int, seconds: float) -> float:
 
 
 def false_reject_rate(found: Sequence, placed: Sequence[Placed], latency: float) -> float:
-  """The share of placed keywords with no detection of their label from their start to `latency` s after their end."""
+  """The share of `placed` keywords missed: their label not fired from their start to end + latency."""
   if not placed:
     return float("nan")
   missed = sum(not any(d.label == p.label and p.start <= d.time <= p.end + latency for d in found)
@@ -86,7 +86,7 @@ def det_curve(background: np.ndarray, background_seconds: float, keywords: np.nd
 
 def choose_threshold(curve: Sequence[dict], target_false_accepts_per_hour: float
                      ) -> Optional[dict]:
-  """The point of least false rejects (the lowest threshold) whose false accepts per hour are within the target; None if none is."""
+  """The point of fewest false rejects whose false accepts per hour meet the target; None if none does."""
   within = [p for p in curve if p["false_accepts_per_hour"] <= target_false_accepts_per_hour]
   return min(within, key=lambda p: (p["false_reject_rate"], p["threshold"])) if within else None
 
@@ -112,7 +112,7 @@ def place_keywords(background: np.ndarray, clips: Sequence[tuple[np.ndarray, str
 
 
 def det_png(curve: Sequence[dict], chosen: Optional[dict], title: str = "") -> bytes:
-  """The DET curve as a PNG: false-reject rate against false accepts per hour, the chosen point marked."""
+  """The DET curve as a PNG: false rejects against false accepts per hour, the chosen point marked."""
   # The object API with an Agg canvas: no pyplot state, no display needed.
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top

@@ -41,7 +41,7 @@ def file_hops(path: str, hop_samples: int, realtime: bool = False) -> Iterator[n
 
 
 def pcm_hops(stream: BinaryIO, hop_samples: int) -> Iterator[np.ndarray]:
-  """float32 hops of raw PCM16 mono (little-endian) read from `stream`, the last padded with silence.
+  """float32 hops of raw PCM16 mono (little-endian) from `stream`, the last padded with silence.
 
   Each hop is yielded as soon as its bytes arrive, as `arecord -f S16_LE -r
   16000 -c 1` writes them.

@@ -70,7 +70,7 @@ def run_hops(model_content: bytes, hops: np.ndarray) -> np.ndarray:
 
 
 def check_audio(hops: int = CHECK_HOPS, seed: int = 0) -> np.ndarray:
-  """Hops [hops, 1280] of test audio: tones that come and go over noise (SpeechMel's floor never binds)."""
+  """Hops [hops, 1280] of tones that come and go over noise (SpeechMel's floor never binds)."""
   rng = np.random.default_rng(seed)
   t = np.arange(hops * streaming.HOP_SAMPLES) / 16000.0
   tones = sum(np.sin(2 * np.pi * f * t) * (0.5 + 0.5 * np.sin(2 * np.pi * r * t))
