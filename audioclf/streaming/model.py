@@ -67,7 +67,7 @@ class StreamingModel(tf.Module):
     self.window_samples = int(model.inputs[0].shape[1]) + 2 * mel.padding
     self.window_frames = speech.num_frames(self.window_samples)
     value = lambda v: tf.constant(np.asarray(v), tf.float32)
-    self._dft = (value(mel.dft_real), value(mel.dft_imag))
+    self._window = value(mel.window)
     self._mel = value(mel.mel)
     self._kernels = [value(k) * embedding.scale for k in embedding.kernels]
     self._biases = [value(b) * embedding.scale for b in embedding.biases]
@@ -150,9 +150,8 @@ class StreamingModel(tf.Module):
     audio = tf.concat([self._state["tail"], hop], axis=1)
     self._state["tail"].assign(audio[:, -TAIL_SAMPLES:])
     frames = tf.signal.frame(audio * 32768.0, speech.FRAME_SAMPLES, speech.HOP_SAMPLES)
-    real, imag = tf.matmul(frames, self._dft[0]), tf.matmul(frames, self._dft[1])
-    power = tf.matmul(real * real + imag * imag, self._mel)
-    decibels = tf.math.log(tf.maximum(power, 1e-10)) * (10.0 / np.log(10.0))
+    power = tf.square(tf.abs(tf.signal.rfft(frames * self._window, [speech.FRAME_SAMPLES])))
+    decibels = tf.math.log(tf.maximum(tf.matmul(power, self._mel), 1e-10)) * (10.0 / np.log(10.0))
     peaks = tf.concat([self._state["peaks"][:, speech.EMBEDDING_HOP:],
                        tf.reduce_max(decibels, axis=-1)], axis=1)
     self._state["peaks"].assign(peaks)
