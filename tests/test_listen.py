@@ -156,3 +156,12 @@ def test_export_tflite_streaming_writes_the_model_and_its_settings(model_dir, tm
   sidecar = json.loads((out / "stream.json").read_text())
   assert sidecar["hop_samples"] == 1280 and sidecar["sample_rate"] == 16000
   assert sidecar["labels"] == ["high", "low"] and sidecar["threshold"] == 0.5
+
+
+def test_listen_takes_the_threshold_kept_in_the_model_dir(model_dir, tmp_path):
+  model_dir = shutil.copytree(model_dir, tmp_path / "model")
+  detector_lib.write_settings(str(model_dir), {"threshold": 0.37, "smoothing_hops": 2})
+  proc = listen(model_dir, "--input=-", stdin=subprocess.PIPE)
+  out, err = proc.communicate(pcm(1.0), timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  assert json.loads(out.splitlines()[-1])["threshold"] == 0.37
