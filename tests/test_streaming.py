@@ -90,8 +90,14 @@ def test_the_tflite_form_runs_hop_by_hop_as_the_streaming_model(stream_and_clip)
   np.testing.assert_allclose(tflite.run_hops(content, hops), expected, atol=1e-5, rtol=0)
   assert np.ptp(expected, axis=0).max() > 0.05
   assert len(tflite.convert(stream, "dynamic")) < len(content) / 2
-  with pytest.raises(ParamError, match=r"--quantize=int8 is not offered, only none, dynamic"):
+  with pytest.raises(ParamError, match=r"^--quantize=int8 calibrates on the training clips"):
     tflite.convert(stream, "int8")
+  with pytest.raises(ParamError, match=r"takes --quantize=none, dynamic, int8, not float16$"):
+    tflite.convert(stream, "float16")
+  int8 = tflite.convert(stream, "int8", calibration=hops[:20])
+  assert len(int8) < len(content) / 2
+  got = tflite.run_hops(int8, hops)
+  assert np.all(np.isfinite(got)) and np.abs(got - expected).max() < 0.5
 
 
 def test_the_fast_step_is_the_step(stream_and_clip):

@@ -38,7 +38,8 @@ def main(argv: Sequence[str]) -> None:
     from audioclf.streaming import tflite as streaming_tflite  # pylint: disable=g-import-not-at-top
     quantize = FLAGS.quantize if FLAGS["quantize"].present else ["none", "dynamic"]
     with quiet.chatter_dropped(argv):  # TFLite's C++ lines.
-      result = streaming_tflite.export(FLAGS.model_dir, FLAGS.export_dir, quantize, chosen.path)
+      result = streaming_tflite.export(FLAGS.model_dir, FLAGS.export_dir, quantize, chosen.path,
+                                       FLAGS.calibration_clips)
     result = {"model_dir": FLAGS.model_dir, **chosen.record(), **result}
   elif FLAGS.format == "tflite":
     with quiet.chatter_dropped(argv):  # TFLite's C++ lines.

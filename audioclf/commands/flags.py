@@ -108,8 +108,8 @@ def _define_export_flags(flag_values: flags.FlagValues) -> None:
                     "What audioclf export writes: a SavedModel, TensorFlow Lite models "
                     "(default <model_dir>/tflite) checked against the Keras model, or a "
                     "speech_embedding model's streaming form (one 80 ms hop per call, its state "
-                    "inside; default <model_dir>/tflite_streaming; --quantize none or dynamic, "
-                    "default both).",
+                    "inside; default <model_dir>/tflite_streaming; --quantize default none and "
+                    "dynamic).",
                     flag_values=flag_values)
   flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
                           "--format=tflite: the variants to write, side by side: none (float), "

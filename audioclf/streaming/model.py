@@ -139,7 +139,8 @@ class StreamingModel(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([1, HOP_SAMPLES], tf.float32)])
   def step(self, hop):
     """Class probabilities [1, classes] for the window ending with this hop [1, 1280] of audio."""
-    frames = self._mel_frames(hop)
+    with tf.name_scope("speech_mel"):  # As the clip model's layer: the int8 export keeps it float.
+      frames = self._mel_frames(hop)
     embedding = self._embed(frames)
     buffer = tf.concat([self._state["embeddings"][:, 1:], embedding], axis=1)
     self._state["embeddings"].assign(buffer)
