@@ -61,6 +61,7 @@ def listen(model_dir, *flags, **kwargs):
                     stderr=subprocess.PIPE, **kwargs)
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 def test_stdin_prints_a_line_per_detection_then_the_summary(model_dir):
   proc = listen(model_dir, "--input=-", "--threshold=0.01", stdin=subprocess.PIPE)
   out, err = (text.decode() for text in proc.communicate(pcm(4.0), timeout=120))
@@ -72,6 +73,7 @@ def test_stdin_prints_a_line_per_detection_then_the_summary(model_dir):
   assert all(d["label"] in ("low", "high") and d["score"] >= 0.01 for d in detections)
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 @pytest.mark.parametrize("case", ["odd_bytes", "wrong_rate"])
 def test_a_wrong_input_ends_in_one_line(model_dir, tmp_path, case):
   if case == "wrong_rate":
@@ -96,6 +98,7 @@ def started(proc) -> dict:
   return json.loads(proc.stdout.readline())
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 def test_a_closed_pipe_ends_it_with_the_summary_on_stderr(model_dir):
   proc = listen(model_dir, "--input=-", "--threshold=0.01", "--refractory_seconds=0",
                 stdin=subprocess.PIPE)
@@ -115,6 +118,7 @@ def test_a_closed_pipe_ends_it_with_the_summary_on_stderr(model_dir):
   assert summary["stopped"] == "output closed" and "Exception ignored" not in err
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 def test_ctrl_c_ends_it_with_the_summary(model_dir):
   proc = listen(model_dir, "--input=-", "--threshold=0.01", stdin=subprocess.PIPE)
   try:
@@ -127,6 +131,7 @@ def test_ctrl_c_ends_it_with_the_summary(model_dir):
   assert summary["stopped"] == "interrupted" and summary["detections"] >= 1
 
 
+@pytest.mark.slow  # A trained model_dir, streamed twice.
 def test_evaluate_background_keeps_the_threshold_that_meets_the_target(model_dir, tmp_path):
   from audioclf.model import model_dir as model_dir_lib
   from audioclf.streaming import background
@@ -146,6 +151,7 @@ def test_evaluate_background_keeps_the_threshold_that_meets_the_target(model_dir
   assert os.path.getsize(os.path.join(report["report_dir"], background.DET_FILE)) > 0
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 def test_export_tflite_streaming_writes_the_model_and_its_settings(model_dir, tmp_path):
   from test_your_model import audioclf as command, last_json
   out = tmp_path / "stream"
@@ -158,6 +164,7 @@ def test_export_tflite_streaming_writes_the_model_and_its_settings(model_dir, tm
   assert sidecar["labels"] == ["high", "low"] and sidecar["threshold"] == 0.5
 
 
+@pytest.mark.slow  # A trained model_dir, and a command in a subprocess.
 def test_listen_takes_the_threshold_kept_in_the_model_dir(model_dir, tmp_path):
   model_dir = shutil.copytree(model_dir, tmp_path / "model")
   detector_lib.write_settings(str(model_dir), {"threshold": 0.37, "smoothing_hops": 2})

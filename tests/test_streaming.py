@@ -79,6 +79,7 @@ def test_only_speech_embedding_streams(tmp_path):
     streaming.StreamingModel.from_model_dir(str(tmp_path))
 
 
+@pytest.mark.slow  # Three conversions to TFLite.
 def test_the_tflite_form_runs_hop_by_hop_as_the_streaming_model(stream_and_clip):
   from audioclf.streaming import tflite
   stream, _ = stream_and_clip
