@@ -37,6 +37,26 @@ def test_the_refractory_period_and_warmup_silence_a_label_and_silence_never_fire
   assert fired == [[], ["yes"], [], [], ["yes"], []]
 
 
+def test_a_file_gives_hops_padded_at_the_end_and_paced_on_request(tmp_path):
+  import time
+  from audioclf.streaming import source
+  path = tmp_path / "tone.wav"
+  sf.write(path, tone(440.0, 0.5, 16000), 16000)  # 6.25 hops.
+  began = time.monotonic()
+  hops = list(source.file_hops(str(path), 1280, realtime=True))
+  assert time.monotonic() - began >= 6 * 0.08 - 0.01  # The 7th hop is due 0.48 s in.
+  assert len(hops) == 7 and all(h.shape == (1280,) for h in hops)
+  assert np.all(hops[-1][320:] == 0) and np.any(hops[-1][:320] != 0)
+
+
+def test_a_pipe_gives_each_hop_as_its_bytes_arrive():
+  import io
+  from audioclf.streaming import source
+  hops = list(source.pcm_hops(io.BytesIO(pcm(0.2)), 1280))
+  assert len(hops) == 3 and np.all(hops[-1][640:] == 0)
+  np.testing.assert_allclose(hops[0], tone(440.0, 0.2, 16000)[:1280], atol=1 / 16384)
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
   """A speech_embedding model_dir trained a few steps on 1 s tones (what it detects is not tested)."""
