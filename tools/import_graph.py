@@ -45,6 +45,7 @@ LAYERS = (
     ("audioclf.distributed",),
     ("audioclf.engines",),
     ("audioclf.deploy",),
+    ("audioclf.streaming",),
     ("audioclf.tuning", "audioclf.migration"),
     ("audioclf.commands", "audioclf.__main__"),
 )

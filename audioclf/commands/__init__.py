@@ -17,6 +17,7 @@ COMMANDS = {
     "evaluate": "a model_dir or SavedModel on one split, with the evaluation report",
     "predict": "labels for audio files; segments of long recordings",
     "export": "a SavedModel, or TensorFlow Lite models checked against the model",
+    "listen": "keyword spotting on a file or a live stream, hop by hop",
     "tune": "hyperparameter search with keras-tuner",
     "cache": "fill, inspect, verify or prune the clip cache",
     "migrate": "a legacy (Keras 2) model_dir as a Keras 3 one",

@@ -85,6 +85,16 @@ def _define_evaluate_flags(flag_values: flags.FlagValues) -> None:
   flags.DEFINE_string("saved_model", None, "audioclf evaluate: evaluate this exported "
                       "SavedModel instead of --model_dir (its params.json, or the flags, "
                       "say where the data is).", flag_values=flag_values)
+  flags.DEFINE_string("background", None, "audioclf evaluate, a speech_embedding model_dir: "
+                      "an audio file or folder with no keyword spoken (e.g. "
+                      "data/speech_words/_background_noise_): report the streaming detector's "
+                      "false accepts per hour there, and its false rejects of the --split's "
+                      "keyword clips placed into it, with the DET curve.",
+                      flag_values=flag_values)
+  flags.DEFINE_float("target_false_accepts_per_hour", None, "audioclf evaluate --background: "
+                     "choose the threshold that meets this with the fewest false rejects, and "
+                     "keep it in <model_dir>/detector.json (audioclf listen and the streaming "
+                     "export read it).", lower_bound=0, flag_values=flag_values)
   flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
                       "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)
@@ -94,9 +104,12 @@ def _define_export_flags(flag_values: flags.FlagValues) -> None:
   """audioclf export's own flags: where, in which format, and TFLite's quantization."""
   flags.DEFINE_string("export_dir", None, "Where audioclf export writes the SavedModel "
                       "(default <model_dir>/export).", flag_values=flag_values)
-  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite"), "What audioclf export "
-                    "writes: a SavedModel, or TensorFlow Lite models (default "
-                    "<model_dir>/tflite) checked against the Keras model.",
+  flags.DEFINE_enum("format", "saved_model", ("saved_model", "tflite", "tflite_streaming"),
+                    "What audioclf export writes: a SavedModel, TensorFlow Lite models "
+                    "(default <model_dir>/tflite) checked against the Keras model, or a "
+                    "speech_embedding model's streaming form (one 80 ms hop per call, its state "
+                    "inside; default <model_dir>/tflite_streaming; --quantize default none and "
+                    "dynamic).",
                     flag_values=flag_values)
   flags.DEFINE_multi_enum("quantize", ["none", "int8"], ("none", "dynamic", "int8"),
                           "--format=tflite: the variants to write, side by side: none (float), "
@@ -289,3 +302,22 @@ def define_synthesize_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None
   flags.DEFINE_bool("force", False, "Write the dataset again even where --out holds it already.",
                     flag_values=flag_values)
   flags.DEFINE_bool("progress", True, "A progress bar on stderr.", flag_values=flag_values)
+
+
+def define_listen_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """The model_dir flags, plus audioclf listen's own. Idempotent."""
+  define_model_dir_flags(flag_values)
+  if "input" in flag_values:
+    return
+  flags.DEFINE_string("input", None, "audioclf listen: a 16 kHz mono audio file, or - for raw "
+                      "PCM16 mono at 16 kHz on stdin (arecord -f S16_LE -r 16000 -c 1).",
+                      flag_values=flag_values)
+  flags.DEFINE_bool("realtime", False, "audioclf listen, a file: deliver its hops at the pace "
+                    "a microphone would (default: as fast as the model runs).",
+                    flag_values=flag_values)
+  flags.DEFINE_integer("smoothing_hops", None, "audioclf listen: hops (80 ms each) of the "
+                       "moving average of each label's probability (default the model_dir's "
+                       "detector.json, else 3).", lower_bound=1, flag_values=flag_values)
+  flags.DEFINE_float("refractory_seconds", None, "audioclf listen: after a detection, seconds "
+                     "before the same label fires again (default the model's window).",
+                     lower_bound=0, flag_values=flag_values)

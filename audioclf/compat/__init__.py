@@ -14,7 +14,7 @@ runs on. By job:
                   tuner trials' gradients, clearing a session
   layers.py       BatchNormalization through TensorFlow's fused kernel on Keras 3
   checkpoints.py  which Keras wrote a checkpoint, where the global step is
-  tflite.py       the TensorFlow Lite interpreter
+  tflite.py       the TensorFlow Lite interpreter; a Keras model called with constant weights
   xla.py          XLA-compiled functions on the current stack, plain ops on the legacy one
   private.py      every private TensorFlow, Keras or keras-tuner symbol audioclf touches,
                   each listed with why and tested by name (tests/test_compat.py)
@@ -27,7 +27,7 @@ from audioclf.compat.layers import BatchNormalization  # noqa: F401
 from audioclf.compat.stack import (  # noqa: F401
     CURRENT_STACK, ESTIMATOR, HOW_TO_GET, KERAS3, LEGACY_STACK, STACK, TF_VERSION, StackError,
     require_estimator, stack_record)
-from audioclf.compat.tflite import tflite_interpreter  # noqa: F401
+from audioclf.compat.tflite import constant_call, tflite_interpreter  # noqa: F401
 from audioclf.compat.training import (  # noqa: F401
     TensorBoard, build_optimizer, clear_session, fit_under, forget_trial_gradients,
     is_legacy_optimizer, learning_phase, optimizers, trial_gradient_names)

@@ -1,0 +1,110 @@
+"""The streaming form of a speech_embedding model: hop by hop, it equals the clip model on each window."""
+
+import numpy as np
+import pytest
+
+from audioclf import Params
+from audioclf.model import build as models
+from audioclf.params import ParamError
+from audioclf.streaming import model as streaming
+from test_speech_embedding import vowels
+
+LABELS = ["_silence_", "_unknown_", "yes", "no"]
+
+
+def clip_model(pad_seconds: float, clip_seconds: float, seed: int = 0):
+  """A speech_embedding classifier with a conv head whose weights are drawn at random, not trained."""
+  params = Params(model="speech_embedding", sample_rate=16000, clip_seconds=clip_seconds,
+                  model_args={"head": "conv", "width": 16, "pad_seconds": pad_seconds})
+  model = models.build_model(params, len(LABELS))
+  rng = np.random.default_rng(seed)
+  for name in ("head_norm", "head_conv", "probabilities"):
+    layer = model.get_layer(name)
+    layer.set_weights([rng.normal(1 if i == 0 and name == "head_norm" else 0, 0.1, w.shape)
+                       .astype(np.float32) for i, w in enumerate(layer.get_weights())])
+  return model
+
+
+@pytest.fixture(scope="module")
+def stream_and_clip():
+  trained = clip_model(pad_seconds=0.5, clip_seconds=1.0)
+  # The same weights on the window the stream's head sees, with no padding.
+  window = clip_model(pad_seconds=0.0, clip_seconds=2.0)
+  window.set_weights(trained.get_weights())
+  return streaming.StreamingModel(trained, LABELS), window
+
+
+def test_each_hop_equals_the_clip_model_on_its_window(stream_and_clip):
+  stream, window_model = stream_and_clip
+  assert stream.window_samples == 32000 and stream.window_embeddings == 16
+  # Speech-like audio over noise 40 dB down: SpeechMel's floor (80 dB under the peak) never binds.
+  audio = np.concatenate([vowels(2.0, seed=1), vowels(2.0, seed=2)[::-1].copy()])
+  hops = audio.size // streaming.HOP_SAMPLES - 1
+  stream.reset()
+  ours, windows = [], []
+  for k in range(hops):
+    probabilities = stream.step(audio[None, k * streaming.HOP_SAMPLES:(k + 1) * streaming.HOP_SAMPLES])
+    start, end = stream.window(k)
+    if k >= stream.warmup_hops:
+      assert 0 <= start and end == (k + 1) * streaming.HOP_SAMPLES
+      ours.append(probabilities.numpy()[0])
+      # The clip model's last few samples fall after the hop: they set only its peak.
+      windows.append(audio[start:start + stream.window_samples])
+  assert len(ours) >= 20
+  theirs = np.asarray(window_model(models.inputs(np.stack(windows)), training=False))
+  assert np.ptp(theirs, axis=0).max() > 0.05  # The hops differ: not a comparison of constants.
+  np.testing.assert_allclose(np.stack(ours), theirs, atol=1e-5, rtol=0)
+
+
+def test_reset_starts_the_stream_again(stream_and_clip):
+  stream, _ = stream_and_clip
+  audio = vowels(1.0, seed=3)[:streaming.HOP_SAMPLES * 4].reshape(4, 1, -1)
+  stream.reset()
+  first = [stream.step(hop).numpy() for hop in audio]
+  stream.reset()
+  np.testing.assert_array_equal(first, [stream.step(hop).numpy() for hop in audio])
+
+
+def test_an_embedding_lags_by_the_convolutions_reach_into_the_past():
+  kernels = [3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 3]
+  # 76 frames seen: 1, plus 68 read back by the convs, plus 1 + 2 + 4 by the pools.
+  assert streaming.lag_frames(kernels) == 68
+  with pytest.raises(ValueError, match="pools 4 frames in time, not 8"):
+    streaming.lag_frames(kernels, pools={2: (2, 2), 10: (2, 2)})
+
+
+def test_only_speech_embedding_streams(tmp_path):
+  (tmp_path / "params.json").write_text(Params(model="cnn").to_json())
+  with pytest.raises(ParamError, match=r"only --model=speech_embedding streams, not --model=cnn"):
+    streaming.StreamingModel.from_model_dir(str(tmp_path))
+
+
+@pytest.mark.slow  # Three conversions to TFLite.
+def test_the_tflite_form_runs_hop_by_hop_as_the_streaming_model(stream_and_clip):
+  from audioclf.streaming import tflite
+  stream, _ = stream_and_clip
+  hops = tflite.check_audio(40, seed=1)
+  stream.reset()
+  expected = np.stack([stream.step(hop[None]).numpy()[0] for hop in hops])
+  stream.step(hops[:1])  # Converting must start from a fresh stream whatever the state.
+  content = tflite.convert(stream, "none")
+  np.testing.assert_allclose(tflite.run_hops(content, hops), expected, atol=1e-5, rtol=0)
+  assert np.ptp(expected, axis=0).max() > 0.05
+  assert len(tflite.convert(stream, "dynamic")) < len(content) / 2
+  with pytest.raises(ParamError, match=r"^--quantize=int8 calibrates on the training clips"):
+    tflite.convert(stream, "int8")
+  with pytest.raises(ParamError, match=r"takes --quantize=none, dynamic, int8, not float16$"):
+    tflite.convert(stream, "float16")
+  int8 = tflite.convert(stream, "int8", calibration=hops[:20])
+  assert len(int8) < len(content) / 2
+  got = tflite.run_hops(int8, hops)
+  assert np.all(np.isfinite(got)) and np.abs(got - expected).max() < 0.5
+
+
+def test_the_fast_step_is_the_step(stream_and_clip):
+  stream, _ = stream_and_clip
+  hops = vowels(2.0, seed=5)[:streaming.HOP_SAMPLES * 20].reshape(20, 1, -1)
+  stream.reset()
+  plain = [stream.step(hop).numpy() for hop in hops]
+  stream.reset()
+  np.testing.assert_allclose([stream.fast_step(hop).numpy() for hop in hops], plain, atol=1e-5)
