@@ -222,3 +222,15 @@ def test_models_train_batch_norm_through_compat():
   model = models.build_model(PARAMS, num_classes=3)
   norms = [l for l in model.layers if isinstance(l, keras.layers.BatchNormalization)]
   assert norms and all(isinstance(l, compat.BatchNormalization) for l in norms)
+
+
+def test_a_checkpoint_without_a_models_variable_is_one_line(tmp_path):
+  from audioclf.model import model_dir as model_dir_lib  # pylint: disable=g-import-not-at-top
+  x = keras.Input([4])
+  before = keras.Model(x, keras.layers.Dense(2, name="dense")(x))
+  path = tf.train.Checkpoint(before).write(str(tmp_path / "ckpt"))
+  y = keras.layers.Dense(2, name="dense")(x)
+  after = keras.Model(x, keras.layers.Dense(2, name="added")(y))  # The model's code changed.
+  with pytest.raises(model_dir_lib.ModelDirError,
+                     match=r"ckpt-?\d* holds no value for .* the model's code changed"):
+    model_dir_lib.assert_matched(tf.train.Checkpoint(after).read(path), path)

@@ -327,7 +327,8 @@ def _restore(model: keras.Model, params: Params, chief: bool) -> "_Checkpoints":
     # The optimizer's slots made now (keras_loop.fit would, later), so the
     # restore fills them at once and can check that everything matched.
     compat.build_optimizer(model)
-    checkpoint.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    model_dir_lib.assert_matched(checkpoint.restore(manager.latest_checkpoint),
+                                 manager.latest_checkpoint)
     logging.info("audioclf: resuming from %s", manager.latest_checkpoint)
   return manager
 

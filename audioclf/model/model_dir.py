@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 from typing import Any, Callable, Optional, Sequence
@@ -391,11 +392,26 @@ def load_model(model_dir: str, params: Optional[Params] = None,
   models.compile_model(model, params.replace(engine=saved.engine))
   # Both engines write tf.train.Checkpoint(model). Keras 2's load_weights reads
   # that format too, but Keras 3's reads only .weights.h5 files.
-  status = tf.train.Checkpoint(model).read(checkpoint)
   # Every variable of the model must come from the checkpoint; the optimizer's
   # slots are left unused, since evaluation and export never create them.
-  status.assert_existing_objects_matched().expect_partial()
+  assert_matched(tf.train.Checkpoint(model).read(checkpoint), checkpoint).expect_partial()
   return model, params, labels
+
+
+def assert_matched(status, checkpoint: str):
+  """`status` (of a checkpoint's restore) once every variable of the model came from it.
+
+  Raises:
+    ModelDirError: a variable the checkpoint has no value for: the model's
+      code changed since the checkpoint was written.
+  """
+  try:
+    return status.assert_existing_objects_matched()
+  except AssertionError as e:
+    missing = re.findall(r"path=([^,]+)", str(e)) or re.findall(r"name=([^,]+)", str(e))
+    raise ModelDirError(f"{checkpoint} holds no value for {', '.join(missing[:3]) or 'some'} of "
+                        "the variables its params.json builds: the model's code changed since "
+                        "it was written; train into a new model_dir") from None
 
 
 def _write_text(path: str, text: str) -> None:
