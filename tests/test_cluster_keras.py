@@ -150,7 +150,7 @@ MIRRORED = textwrap.dedent("""
 
 
 def test_mirrored_replicas_on_cpus_read_their_batches_where_they_are():
-  """No multi-device iterator to feed CPUs: its pipelines autotune (pipeline.AUTOTUNE)."""
+  """No multi-device iterator to feed CPUs: its pipelines autotune (batches.AUTOTUNE)."""
   options = keras_engine._input_options(tf.distribute.MirroredStrategy(["/cpu:0"]))
   assert options.experimental_fetch_to_device is False
   assert options.experimental_replication_mode == tf.distribute.InputReplicationMode.PER_REPLICA

@@ -31,7 +31,7 @@ def test_element_spec_is_as_documented(params):
 
 
 def test_no_pipeline_autotunes(params, tmp_path):
-  """Destroying an iterator whose pipeline autotunes can wait up to a minute (pipeline.AUTOTUNE)."""
+  """Destroying an iterator whose pipeline autotunes can wait up to a minute (batches.AUTOTUNE)."""
   cold = params.replace(cache_dir=str(tmp_path / "cold"))
   list(audioclf.input_fn(params, "eval"))  # Fills the validation split's cache: warm next.
   for p, modes in ((cold, ("train", "eval", "infer")), (params, ("eval", "infer"))):

@@ -14,6 +14,8 @@
   window.py     where a clip's window lies, how it is cut and labelled: one cut for every path
   augment.py    the augmentations as in-graph ops on a batch, given the sampler's draws
   pipeline.py   input_fn: the assembly of the above
+  batches.py    the warm and served reads of a cached split, and the batching every read shares
+  cold.py       the cold pass: each file decoded as the first epoch reaches it, the split written
   recent.py     Recent: a bounded memo of the last values, by key (input_fn's built datasets)
   service.py    reading training batches from a tf.data service, and what its workers hold
   exit_guard.py ending a process with a pipeline that runs Python in it

@@ -205,14 +205,8 @@ class Sampler:
     return window_lib.start(u, length, self.clip_samples, self.shift)
 
   def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
-    """(window, length) of a decoded clip: at `start(u, ...)`, or without u its centre.
-
-    Traced once per (window, shift) and process (`_traced_window`): the cold
-    pass builds it into the function every example runs.
-    """
-    if u is None:
-      return _traced_window(self.clip_samples, self.shift, False)(samples)
-    return _traced_window(self.clip_samples, self.shift, True)(samples, u)
+    """(window, length) of a decoded clip: at `start(u, ...)`, or without u its centre."""
+    return window_lib.decoded(samples, u, self.clip_samples, self.shift)
 
   def add_noise(self, waves: tf.Tensor, labels: tf.Tensor, k, training: bool = True) -> tf.Tensor:
     """Noise under the examples of batch k ([batch, clip_samples] float32; labels [batch]).
@@ -421,20 +415,6 @@ def stream_key(seed: int, name: str, at) -> tf.Tensor:
   removing another augmentation leaves them as they were.
   """
   return tf.stack([tf.constant(stream_id(seed, name), tf.int64), tf.cast(at, tf.int64)])
-
-
-@functools.lru_cache(maxsize=None)
-def _traced_window(n: int, shift: int, training: bool):
-  """`Sampler.decoded_window` for clips cut to `n` samples, shifted by up to `shift` in training."""
-  samples = tf.TensorSpec([None], tf.float32)
-
-  def cut(source, u=None):
-    length = tf.size(source, out_type=tf.int64)
-    start = window_lib.start(u if training else None, length, n, shift)
-    return window_lib.cut(source, 0, length, start, n), length
-
-  signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
-  return tf.function(cut, input_signature=signature, autograph=False)
 
 
 # `Sampler.batch`, traced, by the numbers it depends on: a process keeps a few.

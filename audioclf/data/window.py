@@ -9,6 +9,7 @@ copy: the same bits).
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
@@ -75,6 +76,29 @@ def _one(source, offset, length, start_, n: int) -> tf.Tensor:
 
 
 SKIPPED_LABEL = -1  # The label of an example whose file was skipped as bad: filters drop it.
+
+
+def decoded(samples: tf.Tensor, u, n: int, shift: int) -> tuple[tf.Tensor, tf.Tensor]:
+  """(window, length) of a decoded clip (offset 0): at `start(u, ...)`, or with u None its centre.
+
+  Traced once per (n, shift) and process (`_traced`): the cold pass builds
+  it into the function every example runs.
+  """
+  if u is None:
+    return _traced(n, shift, False)(samples)
+  return _traced(n, shift, True)(samples, u)
+
+
+@functools.lru_cache(maxsize=None)
+def _traced(n: int, shift: int, training: bool):
+  samples = tf.TensorSpec([None], tf.float32)
+
+  def cut_clip(source, u=None):
+    length = tf.size(source, out_type=tf.int64)
+    return cut(source, 0, length, start(u if training else None, length, n, shift), n), length
+
+  signature = [samples, tf.TensorSpec([], tf.float64)] if training else [samples]
+  return tf.function(cut_clip, input_signature=signature, autograph=False)
 
 
 def labels(rows, lengths, row_labels: tf.Tensor, files: int) -> tf.Tensor:

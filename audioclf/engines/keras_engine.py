@@ -146,7 +146,7 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
   Replicas on CPUs read their pipelines' batches where they are: fetching
   them "to the device" would add a multi-device iterator, whose own
   pipelines autotune, with the wait at its destruction that
-  pipeline.AUTOTUNE describes (1-6 s after a mirrored fit on three logical
+  data/batches.py's AUTOTUNE describes (1-6 s after a mirrored fit on three logical
   CPUs; tests/test_cluster_keras.py's two-worker runs 23.5 -> 20-21 s).
   """
   mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)

@@ -116,7 +116,7 @@ def passes_released() -> Iterator[None]:
   pair and the iterator (its threads, its buffers of batches) go only in a
   full collection, whenever the process next runs one: in the test workers,
   full collections of 25-53 s, when destroying an iterator still waited for
-  its autotuning thread (pipeline.AUTOTUNE: off since).
+  its autotuning thread (data/batches.py's AUTOTUNE: off).
 
   So: a collection on exit, right after the pass. Everything older is frozen
   out of it (gc.freeze), so it walks only what the pass made: 0.04 s after a
