@@ -290,6 +290,10 @@ def test_the_command_line_migrates_a_canned_estimator_and_refuses_in_one_line(tm
   last = json.loads(proc.stdout.strip().splitlines()[-1])
   assert last["optimizer_state"] == "carried" and last["optimizer"] == "Adagrad"
   assert last["report"]["max_abs_difference"] <= TOLERANCE
+  # parity.npz holds the step batch and the Estimator's variables after it: the next step too.
+  assert last["report"]["next_step_max_abs_difference"] <= TOLERANCE
+  assert last["report"]["next_step_weights"] == 6
+  assert "; after the next step, max |w_legacy - w_migrated| = " in proc.stdout
   assert "Adagrad's epsilon 1e-07 -> 1e-14" in proc.stderr
   refused = _run([f"--from_model_dir={Fixture('raw_variables').model_dir}",
                   "--model=team_rewrites:raw_variables", f"--to_model_dir={tmp_path / 'no'}"])
@@ -316,6 +320,8 @@ def test_report_runs_the_teams_own_estimator_on_the_legacy_stack(tmp_path):
   report = json.loads(proc.stdout.strip().splitlines()[-1])["report"]
   assert report["max_abs_difference"] <= TOLERANCE and report["same_prediction"] == 1.0
   assert report["legacy_source"].endswith("-m audioclf.migration.legacy_estimator")
+  # The Estimator took its next step there too, on parity.npz's step batch.
+  assert report["next_step_max_abs_difference"] <= TOLERANCE and report["next_step_weights"] == 9
   # A canned one: its constructor arguments read there too.
   proc = _run([f"--from_model_dir={Fixture('dnn_frames').model_dir}",
                "--estimator=team_estimators:dnn_frames", f"--to_model_dir={tmp_path / 'dnn'}",
