@@ -14,6 +14,7 @@ from conftest import FOREIGN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME_BASED = ("layers_cnn", "raw_variables", "raw_variables_rmsprop", "raw_variables_adagrad",
+              "raw_variables_centered",
               "dnn_frames", "wide_deep_frames")
 
 

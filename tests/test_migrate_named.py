@@ -66,6 +66,8 @@ class Fixture:
                                      "model_args": "optimizer=rmsprop", "mapping": RAW_MAPPING},
            "raw_variables_adagrad": {"model": "team_rewrites:raw_variables",
                                      "model_args": "optimizer=adagrad", "mapping": RAW_MAPPING},
+           "raw_variables_centered": {"model": "team_rewrites:raw_variables",
+                                      "model_args": "optimizer=centered", "mapping": RAW_MAPPING},
            "dnn_frames": {"model": None, "estimator": self.info["constructor"]}}[name]
     return migrate_estimator(self.model_dir, str(to), **{**how, **kwargs})
 
@@ -86,9 +88,11 @@ class Fixture:
     return float(before), float(after), model
 
 
-# TF1 Momentum, Adam, RMSProp (momentum 0.5), Adagrad; Keras 2's Adagrad in a canned graph.
+# TF1 Momentum, Adam, RMSProp (momentum 0.5; centered too), Adagrad; Keras 2's Adagrad in a
+# canned graph.
 @pytest.mark.parametrize("name", ("layers_cnn", "raw_variables", "raw_variables_rmsprop",
-                                  "raw_variables_adagrad", "dnn_frames"))
+                                  "raw_variables_centered", "raw_variables_adagrad",
+                                  "dnn_frames"))
 def test_each_estimator_predicts_and_steps_as_itself(name, tmp_path):
   fixture = Fixture(name)
   record = fixture.migrate(tmp_path / "carried")
