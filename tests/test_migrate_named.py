@@ -266,7 +266,8 @@ def test_a_wide_and_deep_classifier_of_two_columns_predicts_as_itself(tmp_path):
                              estimator=fixture.info["constructor"])
   assert record["input"] is None and record["optimizer"] == "Adagrad"
   assert record["variables"]["linear/linear_model/bias_weights"] == "linear_energy/bias"
-  assert record["not_carried"] == ["the legacy training/Ftrl's slots: Keras 3 trains one optimizer"]
+  assert record["not_carried"] == [
+      "the legacy training/Ftrl's slots (Keras 3 trains a model with one optimizer)"]
   assert any("the linear part trained with Ftrl" in s for s in record["differences"])
   model = keras.saving.load_model(str(tmp_path / "to" / KERAS_FILE))
   features = {k: fixture.parity[f"x_{k}"] for k in ("frames", "energy")}

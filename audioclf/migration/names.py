@@ -61,7 +61,8 @@ class NameCheckpoint:
       False for TF1's.
     hyperparameters: Keras 2's saved scalars (learning_rate, decay...) and
       TF1 Adam's beta powers.
-    unknown: the names of what is neither (other optimizers' state).
+    unknown: what is neither, in words (another optimizer's slots, a slot of
+      an optimizer audioclf does not know).
   """
   path: str
   step: Optional[int]
@@ -101,11 +102,12 @@ class NameCheckpoint:
       elif name == STEP:
         continue
       elif parent in rest:
-        unknown.append(name)
+        unknown.append(f"{name} (a slot of no optimizer audioclf knows)")
       else:
         variables[name] = value(name)
     if len(set(optimizers)) > 1:
-      unknown += [f"{o}'s slots" for o in sorted(set(optimizers))[1:]]
+      unknown += [f"{o}'s slots (Keras 3 trains a model with one optimizer)"
+                  for o in sorted(set(optimizers))[1:]]
     if not variables:
       raise MigrationError(f"{path!r} holds no model variables")
     return cls(path=path, step=int(value(STEP)) if STEP in names else None, variables=variables,
