@@ -141,9 +141,19 @@ def test_an_unmapped_rewrite_is_refused_with_both_sides_and_nothing_written(tmp_
 
 def test_ambiguous_or_misshapen_mappings_are_refused(tmp_path):
   fixture = Fixture("raw_variables")
-  with pytest.raises(MigrationError, match="--mapping gives 'dense/kernel' two checkpoint "
-                                           "variables: ambiguous"):
+  with pytest.raises(NameMismatch) as refused:
     fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, "logits/weights": "dense/kernel"})
+  first, *table = str(refused.value).splitlines()
+  assert first.endswith("--mapping gives 'dense/kernel' two checkpoint variables: ambiguous: "
+                        "give --mapping=<a .json mapping each checkpoint variable (or a regular "
+                        "expression of them) to \"<Keras 3 layer>/<weight>\", or to null to leave it>")
+  # Both sides, the weight in question marked and left without a variable.
+  assert table[1].startswith(">  0 dense/kernel [16, 8]") and table[1].endswith("- (none)")
+  unused = [line.split(None, 1)[1] for line in table if line.split()[0] == "-"]
+  assert unused == ["hidden/weights [16, 8]", "logits/weights [8, 3]"]
+  with pytest.raises(NameMismatch, match=r"--mapping gives 'hidden/weights' to 'hidden/kernel', "
+                                         r"which the model has not"):
+    fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, "hidden/weights": "hidden/kernel"})
   with pytest.raises(MigrationError, match=r"--mapping gives 'hidden/biases' two places, 'dense/bias' and "
                                            r"'dense_1/bias': ambiguous"):
     fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, r"hidden/.*": "dense_1/bias"})
