@@ -283,6 +283,12 @@ def test_a_wide_and_deep_classifier_of_two_columns_predicts_as_itself(tmp_path):
   features = {k: fixture.parity[f"x_{k}"] for k in ("frames", "energy")}
   assert np.max(np.abs(model.predict_on_batch(features) - fixture.parity["probabilities"])) <= (
       TOLERANCE)
+  # --report takes an array per feature, and says how far the next step lands overall.
+  report = parity.estimator_report(fixture.model_dir, str(tmp_path / "to"),
+                                   inputs_file=fixture.parity_file,
+                                   probabilities_file=fixture.parity_file)
+  assert report["inputs"] == 8 and report["max_abs_difference"] <= TOLERANCE
+  assert report["next_step_weights"] == 7 and report["next_step_max_abs_difference"] > TOLERANCE
   # The DNN's next step is the Estimator's (the linear part's Ftrl is not carried).
   model.train_on_batch({k: fixture.parity[f"step_x_{k}"] for k in features},
                        fixture.parity["step_y"])

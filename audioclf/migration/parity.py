@@ -251,24 +251,28 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
     record = json.load(f)
   model = keras.saving.load_model(os.path.join(to_model_dir, team.KERAS_FILE))
   labels = truth = None
-  if record["input"] is None:
-    raise MigrationError("--report compares models of one input; the migrated model takes "
-                         "several (one per feature column)")
+  takes = record.get("inputs") or [record["input"]]  # Several: a canned model's columns.
   if inputs_file:
-    inputs, split = legacy_predict.inputs_of(inputs_file, record["input"]["name"]), None
+    features, split = {t["name"]: legacy_predict.inputs_of(inputs_file, t["name"])
+                       for t in takes}, None
   elif record["model_dir"]:
     inputs, labels, truth = _clips(to_model_dir, params, split)
+    features = {takes[0]["name"]: inputs}
   else:
     raise MigrationError(_no_inputs(record))
-  if list(inputs.shape[1:]) != record["input"]["shape"]:
-    raise MigrationError(f"the inputs are {list(inputs.shape[1:])} each, the model takes "
-                         f"{record['input']['shape']}")
+  for t in takes:
+    if list(features[t["name"]].shape[1:]) != t["shape"]:
+      raise MigrationError(f"the inputs {t['name']!r} are {list(features[t['name']].shape[1:])} "
+                           f"each, the model takes {t['shape']}")
+  # A one-input model takes the array itself (a dict draws Keras 3's structure warning).
+  inputs = next(iter(features.values())) if len(features) == 1 else features
   # A name-based Estimator's next step is compared where the inputs hold a training batch.
   step = (legacy_estimator.step_batch_of(inputs_file)
           if inputs_file and record.get("variables") else None)
   if probabilities_file is None:
     probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
-    source = _run_legacy_predict(python, from_model_dir, record, inputs, probabilities_file, step)
+    source = _run_legacy_predict(python, from_model_dir, record, features, probabilities_file,
+                                 step)
   else:
     source = probabilities_file
   with np.load(probabilities_file) as saved:
@@ -277,7 +281,7 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   if legacy.shape != migrated.shape:
     raise MigrationError(f"{probabilities_file!r} holds probabilities {list(legacy.shape)}, the "
                          f"migrated model gives {list(migrated.shape)} on the inputs")
-  report = {"inputs": len(inputs), "split": split, "labels": labels,
+  report = {"inputs": len(migrated), "split": split, "labels": labels,
             **_agreement(legacy, migrated), "legacy_source": source}
   if truth is not None:
     report.update(_accuracies(legacy, migrated, truth, labels))
@@ -300,7 +304,7 @@ def _next_step(model, record: dict[str, Any], step, legacy_file: str) -> dict[st
   if not after:
     return {}
   features, labels = step
-  model.train_on_batch(features[record["input"]["name"]], labels)
+  model.train_on_batch(next(iter(features.values())) if len(features) == 1 else features, labels)
   weights = {variable.path: variable.numpy() for variable in model.weights}
   return {"next_step_max_abs_difference": float(max(
               np.max(np.abs(weights[path] - value)) for path, value in after.items())),
@@ -321,6 +325,9 @@ def _clips(to_model_dir: str, params: Optional[Params], split: str
 
 def _no_inputs(record: dict[str, Any]) -> str:
   """What --report needs, where a team's model came with no inputs to compare it on."""
+  if record["input"] is None:
+    return (f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with "
+            f"an array per feature, named {', '.join(repr(t['name']) for t in record['inputs'])}>")
   shape = record["input"]["shape"]
   return (f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with an "
           f"array named {record['input']['name']!r}, {shape} per example>"
@@ -329,7 +336,8 @@ def _no_inputs(record: dict[str, Any]) -> str:
 
 
 def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict[str, Any],
-                        inputs: np.ndarray, out: str, step=None, timeout: float = 600) -> str:
+                        features: dict[str, np.ndarray], out: str, step=None,
+                        timeout: float = 600) -> str:
   """Runs the Estimator's predict on the legacy stack; returns the source, in words.
 
   legacy_predict wraps the builder's model with model_to_estimator;
@@ -351,10 +359,9 @@ def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict
       f"--legacy_probabilities=<the .npz `python -m {module}` wrote there>")
   with tempfile.TemporaryDirectory(prefix="audioclf-report-") as tmp:
     inputs_file = os.path.join(tmp, "inputs.npz")
-    name = record["input"]["name"]
     batch = {} if step is None else {**{f"step_x_{k}": v for k, v in step[0].items()},
                                      "step_y": step[1]}
-    np.savez(inputs_file, **{f"x_{name}": inputs}, **batch)
+    np.savez(inputs_file, **{f"x_{k}": v for k, v in features.items()}, **batch)
     how = ([f"--estimator={record['estimator']}"] if record.get("estimator") else
            [f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}"])
     cmd = [python, "-m", module, f"--from_model_dir={from_model_dir}", *how,
