@@ -350,6 +350,14 @@ def test_report_runs_the_teams_own_estimator_on_the_legacy_stack(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1])["constructor"] == (
       Fixture("dnn_frames").info["constructor"])
+  # Two columns: the Estimator predicts and steps there on an array per feature.
+  wide = Fixture("wide_deep_frames")
+  proc = _run([f"--from_model_dir={wide.model_dir}", "--estimator=team_estimators:wide_deep_frames",
+               f"--to_model_dir={tmp_path / 'wide'}", "--report",
+               f"--report_inputs={wide.parity_file}", f"--legacy_python={python}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads(proc.stdout.strip().splitlines()[-1])["report"]
+  assert report["max_abs_difference"] <= TOLERANCE and report["next_step_weights"] == 7
 
 
 @pytest.mark.slow
