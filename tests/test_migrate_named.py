@@ -66,6 +66,8 @@ class Fixture:
                                      "model_args": "optimizer=rmsprop", "mapping": RAW_MAPPING},
            "raw_variables_adagrad": {"model": "team_rewrites:raw_variables",
                                      "model_args": "optimizer=adagrad", "mapping": RAW_MAPPING},
+           "raw_variables_centered": {"model": "team_rewrites:raw_variables",
+                                      "model_args": "optimizer=centered", "mapping": RAW_MAPPING},
            "dnn_frames": {"model": None, "estimator": self.info["constructor"]}}[name]
     return migrate_estimator(self.model_dir, str(to), **{**how, **kwargs})
 
@@ -86,9 +88,11 @@ class Fixture:
     return float(before), float(after), model
 
 
-# TF1 Momentum, Adam, RMSProp (momentum 0.5), Adagrad; Keras 2's Adagrad in a canned graph.
+# TF1 Momentum, Adam, RMSProp (momentum 0.5; centered too), Adagrad; Keras 2's Adagrad in a
+# canned graph.
 @pytest.mark.parametrize("name", ("layers_cnn", "raw_variables", "raw_variables_rmsprop",
-                                  "raw_variables_adagrad", "dnn_frames"))
+                                  "raw_variables_centered", "raw_variables_adagrad",
+                                  "dnn_frames"))
 def test_each_estimator_predicts_and_steps_as_itself(name, tmp_path):
   fixture = Fixture(name)
   record = fixture.migrate(tmp_path / "carried")
@@ -137,9 +141,19 @@ def test_an_unmapped_rewrite_is_refused_with_both_sides_and_nothing_written(tmp_
 
 def test_ambiguous_or_misshapen_mappings_are_refused(tmp_path):
   fixture = Fixture("raw_variables")
-  with pytest.raises(MigrationError, match="--mapping gives 'dense/kernel' two checkpoint "
-                                           "variables: ambiguous"):
+  with pytest.raises(NameMismatch) as refused:
     fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, "logits/weights": "dense/kernel"})
+  first, *table = str(refused.value).splitlines()
+  assert first.endswith("--mapping gives 'dense/kernel' two checkpoint variables: ambiguous: "
+                        "give --mapping=<a .json mapping each checkpoint variable (or a regular "
+                        "expression of them) to \"<Keras 3 layer>/<weight>\", or to null to leave it>")
+  # Both sides, the weight in question marked and left without a variable.
+  assert table[1].startswith(">  0 dense/kernel [16, 8]") and table[1].endswith("- (none)")
+  unused = [line.split(None, 1)[1] for line in table if line.split()[0] == "-"]
+  assert unused == ["hidden/weights [16, 8]", "logits/weights [8, 3]"]
+  with pytest.raises(NameMismatch, match=r"--mapping gives 'hidden/weights' to 'hidden/kernel', "
+                                         r"which the model has not"):
+    fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, "hidden/weights": "hidden/kernel"})
   with pytest.raises(MigrationError, match=r"--mapping gives 'hidden/biases' two places, 'dense/bias' and "
                                            r"'dense_1/bias': ambiguous"):
     fixture.migrate(tmp_path / "to", mapping={**RAW_MAPPING, r"hidden/.*": "dense_1/bias"})
@@ -262,12 +276,19 @@ def test_a_wide_and_deep_classifier_of_two_columns_predicts_as_itself(tmp_path):
                              estimator=fixture.info["constructor"])
   assert record["input"] is None and record["optimizer"] == "Adagrad"
   assert record["variables"]["linear/linear_model/bias_weights"] == "linear_energy/bias"
-  assert record["not_carried"] == ["the legacy training/Ftrl's slots: Keras 3 trains one optimizer"]
+  assert record["not_carried"] == [
+      "the legacy training/Ftrl's slots (Keras 3 trains a model with one optimizer)"]
   assert any("the linear part trained with Ftrl" in s for s in record["differences"])
   model = keras.saving.load_model(str(tmp_path / "to" / KERAS_FILE))
   features = {k: fixture.parity[f"x_{k}"] for k in ("frames", "energy")}
   assert np.max(np.abs(model.predict_on_batch(features) - fixture.parity["probabilities"])) <= (
       TOLERANCE)
+  # --report takes an array per feature, and says how far the next step lands overall.
+  report = parity.estimator_report(fixture.model_dir, str(tmp_path / "to"),
+                                   inputs_file=fixture.parity_file,
+                                   probabilities_file=fixture.parity_file)
+  assert report["inputs"] == 8 and report["max_abs_difference"] <= TOLERANCE
+  assert report["next_step_weights"] == 7 and report["next_step_max_abs_difference"] > TOLERANCE
   # The DNN's next step is the Estimator's (the linear part's Ftrl is not carried).
   model.train_on_batch({k: fixture.parity[f"step_x_{k}"] for k in features},
                        fixture.parity["step_y"])
@@ -290,6 +311,10 @@ def test_the_command_line_migrates_a_canned_estimator_and_refuses_in_one_line(tm
   last = json.loads(proc.stdout.strip().splitlines()[-1])
   assert last["optimizer_state"] == "carried" and last["optimizer"] == "Adagrad"
   assert last["report"]["max_abs_difference"] <= TOLERANCE
+  # parity.npz holds the step batch and the Estimator's variables after it: the next step too.
+  assert last["report"]["next_step_max_abs_difference"] <= TOLERANCE
+  assert last["report"]["next_step_weights"] == 6
+  assert "; after the next step, max |w_legacy - w_migrated| = " in proc.stdout
   assert "Adagrad's epsilon 1e-07 -> 1e-14" in proc.stderr
   refused = _run([f"--from_model_dir={Fixture('raw_variables').model_dir}",
                   "--model=team_rewrites:raw_variables", f"--to_model_dir={tmp_path / 'no'}"])
@@ -316,6 +341,8 @@ def test_report_runs_the_teams_own_estimator_on_the_legacy_stack(tmp_path):
   report = json.loads(proc.stdout.strip().splitlines()[-1])["report"]
   assert report["max_abs_difference"] <= TOLERANCE and report["same_prediction"] == 1.0
   assert report["legacy_source"].endswith("-m audioclf.migration.legacy_estimator")
+  # The Estimator took its next step there too, on parity.npz's step batch.
+  assert report["next_step_max_abs_difference"] <= TOLERANCE and report["next_step_weights"] == 9
   # A canned one: its constructor arguments read there too.
   proc = _run([f"--from_model_dir={Fixture('dnn_frames').model_dir}",
                "--estimator=team_estimators:dnn_frames", f"--to_model_dir={tmp_path / 'dnn'}",
@@ -323,6 +350,14 @@ def test_report_runs_the_teams_own_estimator_on_the_legacy_stack(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1])["constructor"] == (
       Fixture("dnn_frames").info["constructor"])
+  # Two columns: the Estimator predicts and steps there on an array per feature.
+  wide = Fixture("wide_deep_frames")
+  proc = _run([f"--from_model_dir={wide.model_dir}", "--estimator=team_estimators:wide_deep_frames",
+               f"--to_model_dir={tmp_path / 'wide'}", "--report",
+               f"--report_inputs={wide.parity_file}", f"--legacy_python={python}"])
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads(proc.stdout.strip().splitlines()[-1])["report"]
+  assert report["max_abs_difference"] <= TOLERANCE and report["next_step_weights"] == 7
 
 
 @pytest.mark.slow

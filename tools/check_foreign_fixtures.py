@@ -44,6 +44,7 @@ FIXTURES = ("spectrogram_cnn", "frames_gru", "raw_conv")
 # Estimators of no Keras model (team_estimators.py): their own predictions are checked on the
 # legacy stack; tests/test_migrate_named.py checks their migration.
 NAME_BASED = ("layers_cnn", "raw_variables", "raw_variables_rmsprop", "raw_variables_adagrad",
+              "raw_variables_centered",
               "dnn_frames", "wide_deep_frames")
 VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 STEP_KEY = "estimator_global_step" + VALUE

@@ -17,7 +17,7 @@ by the model's input name). It keeps, in <out_dir>/<builder>/:
                Keras that wrote it, and the checkpoint's variables (name, shape, dtype)
 
 and, for each function of team_estimators.py (Estimators of no Keras model: a
-model_fn of tf.compat.v1.layers, one of get_variable's under three TF1
+model_fn of tf.compat.v1.layers, one of get_variable's under four TF1
 optimizers, a canned DNNClassifier), the same folder, trained with that
 function's Estimator: its checkpoint is name-based; its parity.npz also holds
 next/<variable>, every variable after the one more step; its info.json names
@@ -257,6 +257,7 @@ ESTIMATORS = {"layers_cnn": ({"logmel": [20, 16, 1]}, 4, logmel_examples),
               "raw_variables": ({"features": [16]}, 3, features_examples),
               "raw_variables_rmsprop": ({"features": [16]}, 3, features_examples),
               "raw_variables_adagrad": ({"features": [16]}, 3, features_examples),
+              "raw_variables_centered": ({"features": [16]}, 3, features_examples),
               "dnn_frames": ({"frames": [26]}, 3, frame_stats_examples),
               "wide_deep_frames": ({"frames": [26], "energy": [2]}, 3, frame_stats_examples)}
 

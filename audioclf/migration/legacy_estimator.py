@@ -13,7 +13,11 @@ writes a canned classifier's constructor arguments (canned.py builds the
 Keras 3 model from them); --inputs runs the Estimator's own `predict` over a
 copy of the model_dir's latest checkpoint (the team's folder stays as it
 was) and writes `probabilities` [inputs, classes]. The inputs are the .npz's
-`x_<feature>` arrays (or every array, where none is so named), keyed by feature.
+`x_<feature>` arrays (or every array, where none is so named), keyed by feature;
+where it also holds a training batch (`step_x_<feature>`, `step_y`), the
+Estimator takes one more step on it from another copy, and the output holds
+every variable after it, `next/<variable>`: what --report compares the
+migrated model's own next step with.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from audioclf.compat import private
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.migration.legacy_predict import PROBABILITIES, copy_latest_checkpoint
 
+# The output's arrays of the variables after one more step (with a step batch in the inputs).
+NEXT_PREFIX = "next/"
 # The canned classifiers audioclf rebuilds on Keras 3, by class (TF 2.15's V2 classes).
 CANNED = {"DNNClassifierV2": "DNNClassifier", "LinearClassifierV2": "LinearClassifier",
           "DNNLinearCombinedClassifierV2": "DNNLinearCombinedClassifier"}
@@ -164,6 +170,27 @@ def estimator_probabilities(from_model_dir: str, target: str, features: dict[str
   return np.concatenate([b[PROBABILITIES] for b in batches]).astype(np.float32)
 
 
+def step_batch_of(path: str) -> Optional[tuple[dict[str, np.ndarray], np.ndarray]]:
+  """The .npz's training batch (`step_x_<feature>` arrays, `step_y`), or None where it holds none."""
+  with np.load(path) as saved:
+    features = {key[7:]: saved[key] for key in saved.files if key.startswith("step_x_")}
+    return (features, saved["step_y"]) if features and "step_y" in saved.files else None
+
+
+def estimator_next_step(from_model_dir: str, target: str, features: dict[str, np.ndarray],
+                        labels: np.ndarray) -> dict[str, np.ndarray]:
+  """Every checkpoint variable after the team's Estimator trains one step on (features, labels).
+
+  The step runs over a copy of the model_dir's latest checkpoint, as a resumed job runs it.
+  """
+  with tempfile.TemporaryDirectory(prefix="audioclf-legacy-estimator-") as model_dir:
+    copy_latest_checkpoint(from_model_dir, model_dir)
+    estimator = make_estimator(target, model_dir)
+    estimator.train(lambda: tf.data.Dataset.from_tensors((features, labels)), steps=1)
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
 def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """This module's flags (see the module docstring). Idempotent."""
   if "estimator" in flag_values:
@@ -189,7 +216,10 @@ def main(argv: Sequence[str]) -> None:
     if values.inputs:
       probabilities = estimator_probabilities(values.from_model_dir, values.estimator,
                                               features_of(values.inputs))
-      np.savez(values.output, **{PROBABILITIES: probabilities})
+      step = step_batch_of(values.inputs)
+      after = estimator_next_step(values.from_model_dir, values.estimator, *step) if step else {}
+      np.savez(values.output, **{PROBABILITIES: probabilities},
+               **{f"{NEXT_PREFIX}{name}": value for name, value in after.items()})
       print(f"{values.output}: {probabilities.shape[0]} inputs, {probabilities.shape[1]} classes",
             flush=True)
   except MigrationError as e:

@@ -85,11 +85,11 @@ def pair(model, legacy: NameCheckpoint, mapping: Optional[dict[str, Optional[str
 
   Raises:
     NameMismatch: a weight or variable left over, ambiguous, or of another
-      shape (one line, then both sides).
-    MigrationError: a mapping naming what the model does not have.
+      shape, or a mapping that names what neither side has or names a thing
+      twice: one line, then both sides (the pairs that held).
   """
   weights = {variable.path: variable for variable in model.weights}
-  chosen, left = _mapped(legacy, mapping or {}, weights)
+  chosen, left, problem = _mapped(legacy, mapping or {}, weights)
   taken = set(chosen.values())
   free_layers = [layer for layer in model.layers if layer.weights
                  and not any(v.path in taken for v in layer.weights)]
@@ -98,6 +98,11 @@ def pair(model, legacy: NameCheckpoint, mapping: Optional[dict[str, Optional[str
   by_weight = {path: name for name, path in chosen.items()}
   rows = [(v, by_weight.get(v.path)) for v in model.weights]
   unused = [n for n in legacy.variables if n not in by_weight.values() and n not in left]
+  if problem is not None:
+    path, reason = problem
+    k = next((k for k, (v, _) in enumerate(rows) if v.path == path), None)
+    raise NameMismatch(f"{legacy.path!r}: {reason}" + (f": {hint}" if hint else "") + "\n"
+                       + table(rows, unused, legacy, mark=k))
   why = _first_misfit(rows, unused, legacy)
   if why is not None:
     k, reason = why
@@ -110,35 +115,39 @@ def pair(model, legacy: NameCheckpoint, mapping: Optional[dict[str, Optional[str
 
 
 def _mapped(legacy: NameCheckpoint, mapping: dict[str, Optional[str]], weights: dict
-            ) -> tuple[dict[str, str], list[str]]:
-  """The mapping's pairs (checkpoint variable -> weight path) and its nulls.
+            ) -> tuple[dict[str, str], list[str], Optional[tuple[Optional[str], str]]]:
+  """The mapping's pairs (checkpoint variable -> weight path), its nulls, and its first problem.
 
-  Raises:
-    MigrationError: a key that matches nothing, a target the model lacks, or a
-      variable two keys give different targets.
+  A problem (a key that matches nothing, a target the model lacks, a variable
+  given two places, a weight given two variables) is (the weight it concerns
+  or None, why); what it concerns is left out of the pairs, so the table
+  shows the rest.
   """
   chosen: dict[str, Optional[str]] = {}
+  problems: list[tuple[Optional[str], str]] = []
   for key, target in mapping.items():
     matches = [n for n in legacy.variables if n == key or re.fullmatch(key, n)]
     if not matches:
-      raise MigrationError(f"--mapping names {key!r}, which matches no variable of the "
-                           f"checkpoint: {', '.join(legacy.variables)}")
+      problems.append((None, f"--mapping names {key!r}, which matches no variable of the "
+                             "checkpoint"))
     for name in matches:
       path = None if target is None else (
           target if name == key else re.fullmatch(key, name).expand(target))
       if path is not None and path not in weights:
-        raise MigrationError(f"--mapping gives {name!r} to {path!r}, which the model has not: "
-                             f"its weights are {', '.join(weights)}")
-      if name in chosen and chosen[name] != path:
-        raise MigrationError(f"--mapping gives {name!r} two places, {chosen[name]!r} and "
-                             f"{path!r}: ambiguous")
-      chosen[name] = path
+        problems.append((None, f"--mapping gives {name!r} to {path!r}, which the model has "
+                               "not"))
+      elif name in chosen and chosen[name] != path:
+        problems.append((chosen[name], f"--mapping gives {name!r} two places, "
+                                       f"{chosen[name]!r} and {path!r}: ambiguous"))
+      else:
+        chosen[name] = path
   paths = [p for p in chosen.values() if p is not None]
   twice = next((p for p in paths if paths.count(p) > 1), None)
   if twice:
-    raise MigrationError(f"--mapping gives {twice!r} two checkpoint variables: ambiguous")
+    problems.append((twice, f"--mapping gives {twice!r} two checkpoint variables: ambiguous"))
+    chosen = {n: p for n, p in chosen.items() if p != twice}
   return ({n: p for n, p in chosen.items() if p is not None},
-          [n for n, p in chosen.items() if p is None])
+          [n for n, p in chosen.items() if p is None], problems[0] if problems else None)
 
 
 def _by_kind_and_order(layers: list, names: list[str]) -> dict[str, str]:

@@ -114,6 +114,7 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
       "constructor": constructor,
       "model_args": dict(args),
       "input": canned.input_record(team),
+      "inputs": [{"name": i.name, "shape": list(i.shape[1:])} for i in team.inputs],
       "classes": int(team.outputs[0].shape[-1]),
       "weights": len(pairs.pairs),
       "variables": pairs.record,

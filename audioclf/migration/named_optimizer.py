@@ -68,7 +68,7 @@ def carry_named_optimizer(model, legacy: NameCheckpoint, pairs, slots: bool = Tr
     optimizer.iterations.assign(legacy.step)
   kind = type(optimizer).__name__
   expected = KERAS3_CLASS.get((legacy.keras_optimizer, legacy.optimizer))
-  missing += [f"the legacy {what}: Keras 3 trains one optimizer" for what in legacy.unknown]
+  missing += [f"the legacy {what}" for what in legacy.unknown]
   if legacy.optimizer is None:
     return "fresh", missing + ["the optimizer's slots: the checkpoint holds none"], differences
   if not slots or expected != kind:
@@ -95,7 +95,7 @@ def carry_named_optimizer(model, legacy: NameCheckpoint, pairs, slots: bool = Tr
 def _slot_values(model, legacy: NameCheckpoint, pairs) -> tuple[dict[str, np.ndarray], list[str]]:
   """Keras 3 slot variable name -> value; what cannot carry, in words."""
   optimizer = model.optimizer
-  config, missing, values = optimizer.get_config(), [], {}
+  config, values = optimizer.get_config(), {}
   momentum_scale = None
   if legacy.optimizer == "Momentum" and not legacy.keras_optimizer:
     rate = config.get("learning_rate")
@@ -110,13 +110,13 @@ def _slot_values(model, legacy: NameCheckpoint, pairs) -> tuple[dict[str, np.nda
     for slot, value in legacy.slots.get(name, {}).items():
       if slot == "momentum" and momentum_scale is not None:
         value = value * np.float32(momentum_scale)
-      if slot == "momentum" and kind_without_momentum(optimizer):
+      if slot == "momentum" and _keeps_no_momentum(optimizer):
         continue  # Without momentum Keras 3 keeps none, and the legacy update never reads it.
       values[slot_name(variable, slot)] = value
-  return values, missing
+  return values, []
 
 
-def kind_without_momentum(optimizer) -> bool:
+def _keeps_no_momentum(optimizer) -> bool:
   """An RMSprop (or SGD) of momentum 0, which keeps no momentum slot in Keras 3."""
   return type(optimizer).__name__ in ("RMSprop", "SGD") and not optimizer.get_config().get(
       "momentum")

@@ -29,6 +29,8 @@ TF1_SLOTS = {"Adam": ("Adam", "momentum"), "Adam_1": ("Adam", "velocity"),
              "Momentum": ("Momentum", "momentum"), "Adagrad": ("Adagrad", "accumulator"),
              "RMSProp": ("RMSProp", "velocity"), "RMSProp_1": ("RMSProp", "momentum"),
              "Ftrl": ("Ftrl", "accumulator"), "Ftrl_1": ("Ftrl", "linear")}
+CENTERED_RMSPROP = {"RMSProp_1": ("RMSProp", "average_gradient"),
+                    "RMSProp_2": ("RMSProp", "momentum")}
 # Keras 2's slot names, as Keras 3 names the same state.
 KERAS2_SLOTS = {"m": "momentum", "v": "velocity", "vhat": "velocity_hat", "rms": "velocity",
                 "mg": "average_gradient", "momentum": "momentum", "accumulator": "accumulator",
@@ -59,7 +61,8 @@ class NameCheckpoint:
       False for TF1's.
     hyperparameters: Keras 2's saved scalars (learning_rate, decay...) and
       TF1 Adam's beta powers.
-    unknown: the names of what is neither (other optimizers' state).
+    unknown: what is neither, in words (another optimizer's slots, a slot of
+      an optimizer audioclf does not know).
   """
   path: str
   step: Optional[int]
@@ -86,21 +89,25 @@ class NameCheckpoint:
       slots.setdefault(variable, {})[KERAS2_SLOTS.get(slot, slot)] = value(
           f"{KERAS_PREFIX}{optimizers[0]}/{variable}/{slot}")
     variables, unknown = {}, []
+    # Centered, TF1's RMSProp makes mg before momentum: <v>/RMSProp_1 is mg, _2 the momentum.
+    tf1_slots = dict(TF1_SLOTS, **(CENTERED_RMSPROP if any(
+        n.endswith("/RMSProp_2") for n in rest) else {}))
     for name in rest:
       parent, _, suffix = name.rpartition("/")
-      if parent in rest and suffix in TF1_SLOTS:
-        optimizers.append(TF1_SLOTS[suffix][0])
-        slots.setdefault(parent, {})[TF1_SLOTS[suffix][1]] = value(name)
+      if parent in rest and suffix in tf1_slots:
+        optimizers.append(tf1_slots[suffix][0])
+        slots.setdefault(parent, {})[tf1_slots[suffix][1]] = value(name)
       elif name.rpartition("/")[2] in BETA_POWERS:
         hyper[name.rpartition("/")[2]] = float(value(name))
       elif name == STEP:
         continue
       elif parent in rest:
-        unknown.append(name)
+        unknown.append(f"{name} (a slot of no optimizer audioclf knows)")
       else:
         variables[name] = value(name)
     if len(set(optimizers)) > 1:
-      unknown += [f"{o}'s slots" for o in sorted(set(optimizers))[1:]]
+      unknown += [f"{o}'s slots (Keras 3 trains a model with one optimizer)"
+                  for o in sorted(set(optimizers))[1:]]
     if not variables:
       raise MigrationError(f"{path!r} holds no model variables")
     return cls(path=path, step=int(value(STEP)) if STEP in names else None, variables=variables,

@@ -14,7 +14,7 @@ from audioclf.compat import keras
 from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.deploy import predict as predict_lib
-from audioclf.migration import legacy_predict, team
+from audioclf.migration import legacy_estimator, legacy_predict, team
 from audioclf.migration.checkpoint import MigrationError
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.params import Params
@@ -201,9 +201,14 @@ def report_table(report: dict[str, Any]) -> str:
     return f"{value:9.3f}" if value is not None else f"{'-':>9s}"
 
   if "legacy_per_class" not in report:  # A team's model on inputs without labels.
+    step = ""
+    if "next_step_max_abs_difference" in report:
+      step = (f"; after the next step, max |w_legacy - w_migrated| = "
+              f"{report['next_step_max_abs_difference']:.3g} over {report['next_step_weights']} "
+              "weights")
     return (f"{report['inputs']} inputs; max |p_legacy - p_migrated| = "
             f"{report['max_abs_difference']:.3g}; same top class on "
-            f"{100 * report['same_prediction']:.1f}%")
+            f"{100 * report['same_prediction']:.1f}%{step}")
   width = max(len("class"), *(len(label) for label in report["labels"]))
   lines = [f"{'class':<{width}s} {'legacy':>9s} {'migrated':>9s}"]
   for label in report["labels"]:
@@ -233,7 +238,11 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   Returns:
     {"inputs", "split", "labels", "max_abs_difference", "same_prediction",
     "legacy_source"}, and with true labels "legacy_accuracy",
-    "migrated_accuracy", "legacy_per_class", "migrated_per_class".
+    "migrated_accuracy", "legacy_per_class", "migrated_per_class"; for an
+    Estimator of no Keras model, where the inputs hold a training batch
+    (step_x_<name>, step_y) and the legacy file the Estimator's variables
+    after one step on it (next/<variable>), "next_step_max_abs_difference"
+    and "next_step_weights": the migrated model's weights after its own step.
 
   Raises:
     MigrationError: no inputs, no legacy probabilities, or either of another shape.
@@ -242,21 +251,28 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
     record = json.load(f)
   model = keras.saving.load_model(os.path.join(to_model_dir, team.KERAS_FILE))
   labels = truth = None
-  if record["input"] is None:
-    raise MigrationError("--report compares models of one input; the migrated model takes "
-                         "several (one per feature column)")
+  takes = record.get("inputs") or [record["input"]]  # Several: a canned model's columns.
   if inputs_file:
-    inputs, split = legacy_predict.inputs_of(inputs_file, record["input"]["name"]), None
+    features, split = {t["name"]: legacy_predict.inputs_of(inputs_file, t["name"])
+                       for t in takes}, None
   elif record["model_dir"]:
     inputs, labels, truth = _clips(to_model_dir, params, split)
+    features = {takes[0]["name"]: inputs}
   else:
     raise MigrationError(_no_inputs(record))
-  if list(inputs.shape[1:]) != record["input"]["shape"]:
-    raise MigrationError(f"the inputs are {list(inputs.shape[1:])} each, the model takes "
-                         f"{record['input']['shape']}")
+  for t in takes:
+    if list(features[t["name"]].shape[1:]) != t["shape"]:
+      raise MigrationError(f"the inputs {t['name']!r} are {list(features[t['name']].shape[1:])} "
+                           f"each, the model takes {t['shape']}")
+  # A one-input model takes the array itself (a dict draws Keras 3's structure warning).
+  inputs = next(iter(features.values())) if len(features) == 1 else features
+  # A name-based Estimator's next step is compared where the inputs hold a training batch.
+  step = (legacy_estimator.step_batch_of(inputs_file)
+          if inputs_file and record.get("variables") else None)
   if probabilities_file is None:
     probabilities_file = os.path.join(to_model_dir, LEGACY_PROBABILITIES_FILE)
-    source = _run_legacy_predict(python, from_model_dir, record, inputs, probabilities_file)
+    source = _run_legacy_predict(python, from_model_dir, record, features, probabilities_file,
+                                 step)
   else:
     source = probabilities_file
   with np.load(probabilities_file) as saved:
@@ -265,11 +281,34 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   if legacy.shape != migrated.shape:
     raise MigrationError(f"{probabilities_file!r} holds probabilities {list(legacy.shape)}, the "
                          f"migrated model gives {list(migrated.shape)} on the inputs")
-  report = {"inputs": len(inputs), "split": split, "labels": labels,
+  report = {"inputs": len(migrated), "split": split, "labels": labels,
             **_agreement(legacy, migrated), "legacy_source": source}
   if truth is not None:
     report.update(_accuracies(legacy, migrated, truth, labels))
+  if step is not None:
+    report.update(_next_step(model, record, step, probabilities_file))
   return report
+
+
+def _next_step(model, record: dict[str, Any], step, legacy_file: str) -> dict[str, Any]:
+  """The migrated model's weights after one train_on_batch on `step`, against the Estimator's own.
+
+  Returns:
+    {"next_step_max_abs_difference", "next_step_weights"}, or {} where
+    legacy_file holds none of the Estimator's next variables.
+  """
+  prefix = legacy_estimator.NEXT_PREFIX
+  with np.load(legacy_file) as saved:
+    after = {path: saved[f"{prefix}{name}"] for name, path in record["variables"].items()
+             if path and f"{prefix}{name}" in saved.files}
+  if not after:
+    return {}
+  features, labels = step
+  model.train_on_batch(next(iter(features.values())) if len(features) == 1 else features, labels)
+  weights = {variable.path: variable.numpy() for variable in model.weights}
+  return {"next_step_max_abs_difference": float(max(
+              np.max(np.abs(weights[path] - value)) for path, value in after.items())),
+          "next_step_weights": len(after)}
 
 
 def _clips(to_model_dir: str, params: Optional[Params], split: str
@@ -286,6 +325,9 @@ def _clips(to_model_dir: str, params: Optional[Params], split: str
 
 def _no_inputs(record: dict[str, Any]) -> str:
   """What --report needs, where a team's model came with no inputs to compare it on."""
+  if record["input"] is None:
+    return (f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with "
+            f"an array per feature, named {', '.join(repr(t['name']) for t in record['inputs'])}>")
   shape = record["input"]["shape"]
   return (f"--report needs the inputs to compare the models on: --report_inputs=<an .npz with an "
           f"array named {record['input']['name']!r}, {shape} per example>"
@@ -294,11 +336,13 @@ def _no_inputs(record: dict[str, Any]) -> str:
 
 
 def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict[str, Any],
-                        inputs: np.ndarray, out: str, timeout: float = 600) -> str:
+                        features: dict[str, np.ndarray], out: str, step=None,
+                        timeout: float = 600) -> str:
   """Runs the Estimator's predict on the legacy stack; returns the source, in words.
 
   legacy_predict wraps the builder's model with model_to_estimator;
-  legacy_estimator runs the team's own --estimator function.
+  legacy_estimator runs the team's own --estimator function (and, given
+  `step`, a training batch, its next step too).
 
   Raises:
     MigrationError: no legacy Python, no way to make the Estimator, or its run
@@ -315,7 +359,9 @@ def _run_legacy_predict(python: Optional[str], from_model_dir: str, record: dict
       f"--legacy_probabilities=<the .npz `python -m {module}` wrote there>")
   with tempfile.TemporaryDirectory(prefix="audioclf-report-") as tmp:
     inputs_file = os.path.join(tmp, "inputs.npz")
-    np.savez(inputs_file, **{record["input"]["name"]: inputs})
+    batch = {} if step is None else {**{f"step_x_{k}": v for k, v in step[0].items()},
+                                     "step_y": step[1]}
+    np.savez(inputs_file, **{f"x_{k}": v for k, v in features.items()}, **batch)
     how = ([f"--estimator={record['estimator']}"] if record.get("estimator") else
            [f"--model={record['builder']}", f"--model_args={json.dumps(record['model_args'])}"])
     cmd = [python, "-m", module, f"--from_model_dir={from_model_dir}", *how,
