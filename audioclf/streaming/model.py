@@ -150,14 +150,11 @@ class StreamingModel(tf.Module):
     """SpeechMel's 8 new frames [1, 8, 32], floored under the peak of the window's frames so far."""
     audio = tf.concat([self._state["tail"], hop], axis=1)
     self._state["tail"].assign(audio[:, -TAIL_SAMPLES:])
-    frames = tf.signal.frame(audio * 32768.0, speech.FRAME_SAMPLES, speech.HOP_SAMPLES)
-    power = tf.square(tf.abs(tf.signal.rfft(frames * self._window, [speech.FRAME_SAMPLES])))
-    decibels = tf.math.log(tf.maximum(tf.matmul(power, self._mel), 1e-10)) * (10.0 / np.log(10.0))
+    decibels = speech.mel_decibels(audio, self._window, self._mel)
     peaks = tf.concat([self._state["peaks"][:, speech.EMBEDDING_HOP:],
                        tf.reduce_max(decibels, axis=-1)], axis=1)
     self._state["peaks"].assign(peaks)
-    peak = tf.reduce_max(peaks, axis=-1)[:, None, None]
-    return tf.maximum(decibels, peak - speech.TOP_DB) / 10.0 + 2.0
+    return speech.scaled(decibels, tf.reduce_max(peaks, axis=-1)[:, None, None])
 
   def _embed(self, frames):
     """SpeechEmbedding.call on 8 new frames, each layer's earlier inputs taken from its state."""
@@ -171,7 +168,7 @@ class StreamingModel(tf.Module):
       x = tf.nn.conv2d(x, kernel, strides=1, padding=padding) + bias
       if i == last:
         break
-      x = tf.maximum(tf.nn.leaky_relu(x, alpha=speech.LEAKY_SLOPE), speech.FLOOR)
+      x = speech.activation(x)
       if i in speech.POOLS:
         # A hop's 8 frames are the network's whole stride in time: every pool
         # gets whole pairs, the clip network's pairs, and keeps no partial one.

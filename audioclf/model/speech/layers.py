@@ -46,6 +46,26 @@ def num_embeddings(frames: int) -> int:
   return max(0, 1 + (frames - WINDOW_FRAMES) // EMBEDDING_HOP)
 
 
+def mel_decibels(waveform, window, mel):
+  """The mel energies in dB [batch, frames, 32] of float32 audio [batch, samples] in [-1, 1].
+
+  The shipped model's 512-tap DFT products, by FFT, on samples at the int16 scale.
+  """
+  frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES) * window
+  power = tf.square(tf.abs(tf.signal.rfft(frames, [FRAME_SAMPLES])))
+  return tf.math.log(tf.maximum(tf.matmul(power, mel), 1e-10)) * (10.0 / np.log(10.0))
+
+
+def scaled(decibels, peak):
+  """mel_decibels floored TOP_DB under `peak`, scaled as the embedding network was fed."""
+  return tf.maximum(decibels, peak - TOP_DB) / 10.0 + 2.0
+
+
+def activation(x):
+  """Every hidden layer's: a leaky ReLU, floored."""
+  return tf.maximum(tf.nn.leaky_relu(x, alpha=LEAKY_SLOPE), FLOOR)
+
+
 def _constant(value: np.ndarray):
   """An initializer that gives `value`: the shipped weights as a weight's initial value."""
   return lambda shape, dtype=None: tf.constant(value, dtype=dtype or tf.float32)
@@ -78,12 +98,8 @@ class SpeechMel(keras.layers.Layer):
 
   def call(self, waveform):
     waveform = tf.pad(tf.cast(waveform, tf.float32), [[0, 0], [self.padding, self.padding]])
-    frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES) * self.window
-    # The shipped model's 512-tap DFT products, by FFT.
-    power = tf.square(tf.abs(tf.signal.rfft(frames, [FRAME_SAMPLES])))
-    decibels = tf.math.log(tf.maximum(tf.matmul(power, self.mel), 1e-10)) * (10.0 / np.log(10.0))
-    peak = tf.reduce_max(decibels, axis=[-2, -1], keepdims=True)
-    return tf.maximum(decibels, peak - TOP_DB) / 10.0 + 2.0
+    decibels = mel_decibels(waveform, self.window, self.mel)
+    return scaled(decibels, tf.reduce_max(decibels, axis=[-2, -1], keepdims=True))
 
   def compute_output_shape(self, input_shape):
     *batch, samples = tf.TensorShape(input_shape).as_list()
@@ -151,7 +167,7 @@ class SpeechEmbedding(keras.layers.Layer):
       x = tf.nn.conv2d(x, kernel * self.scale, strides=1, padding=padding) + bias * self.scale
       if i == last:
         break
-      x = tf.maximum(tf.nn.leaky_relu(x, alpha=LEAKY_SLOPE), FLOOR)
+      x = activation(x)
       if i in POOLS:
         x = tf.nn.max_pool2d(x, POOLS[i], POOLS[i], padding="VALID")
     return tf.squeeze(x, axis=2)

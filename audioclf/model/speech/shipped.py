@@ -43,13 +43,11 @@ class Weights:
     mel: [257, 32], the power spectrum's mel filters (60-3800 Hz).
     kernels: per conv layer [kh, kw, in, out], batch norm folded in.
     biases: per conv layer [out].
-    checksum: both files' SHA-256, combined: the front end's version.
   """
   window: np.ndarray
   mel: np.ndarray
   kernels: tuple
   biases: tuple
-  checksum: str
 
 
 def model_file(name: str) -> str:
@@ -94,7 +92,7 @@ def weights() -> Weights:
     kernels.append(np.transpose(kernel, (1, 2, 3, 0)))  # TFLite's [out, kh, kw, in].
     biases.append(bias)
   return Weights(window=window, mel=mel["Const_3"], kernels=tuple(kernels),
-                 biases=tuple(biases), checksum=checksum())
+                 biases=tuple(biases))
 
 
 def _window(cosines: np.ndarray, sines: np.ndarray) -> np.ndarray:
