@@ -179,6 +179,9 @@ class Params:
       data=True)
   manifest: Optional[str] = _field(
       None, "CSV file of path,label[,split] rows, paths relative to the CSV.", data=True)
+  extra_train_dir: Optional[str] = _field(
+      None, "Folder of one sub-folder per label of more training recordings (say k real clips "
+      "of each word beside synthesized ones): every file goes to the train split.", data=True)
   validation_percent: float = _field(
       10.0, "Share of speakers hashed to validation when no list/CSV column says.",
       Rule(ge=0, le=100), data=True)

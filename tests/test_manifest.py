@@ -277,3 +277,29 @@ def test_csv_header_problems_name_the_line(tmp_path, content, match):
   (tmp_path / "m.csv").write_text(content)
   with pytest.raises(manifest.DataError, match=match):
     manifest.load(Params(manifest=str(tmp_path / "m.csv")))
+
+
+# --- A few recordings of one's own beside the data (--extra_train_dir).
+
+
+def test_extra_train_files_join_the_train_split_only(tmp_path, tone_data):
+  extra = write_tone_dataset(tmp_path / "mine", labels=("low", "high"), per_label=3, seconds=0.1)
+  plain = manifest.load(Params(data_dir=tone_data))
+  m = manifest.load(Params(data_dir=tone_data, extra_train_dir=extra))
+  added = [e for e in m.examples if e.path.startswith(os.path.abspath(extra))]
+  assert len(added) == 6 and {e.split for e in added} == {"train"}
+  assert {e.label for e in added} == {"low", "high"} and m.labels == plain.labels
+  for split in ("validation", "test"):
+    assert m.split(split) == plain.split(split)
+  assert len(m.split("train")) == len(plain.split("train")) + 6
+
+
+def test_extra_train_labels_must_be_the_datas(tmp_path, tone_data):
+  extra = write_tone_dataset(tmp_path / "mine", labels=("low", "bird"), per_label=1, seconds=0.1)
+  with pytest.raises(manifest.DataError, match=r"labels the data does not: bird \(the data has "):
+    manifest.load(Params(data_dir=tone_data, extra_train_dir=extra))
+  with pytest.raises(manifest.DataError, match="does not exist"):
+    manifest.load(Params(data_dir=tone_data, extra_train_dir=str(tmp_path / "none")))
+  os.makedirs(tmp_path / "empty" / "low")
+  with pytest.raises(manifest.DataError, match="holds no label folders with audio"):
+    manifest.load(Params(data_dir=tone_data, extra_train_dir=str(tmp_path / "empty")))

@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REJECTED = [
     ("data_dir", 3, "must be a string, not int"),
     ("manifest", ["a.csv"], "must be a string, not list"),
+    ("extra_train_dir", 3, "must be a string, not int"),
     ("validation_percent", -1.0, "must be >= 0 and <= 100"),
     ("validation_percent", 60.0, r"\+ --testing_percent=50.0: must be < 100"),
     ("testing_percent", 101.0, "must be >= 0 and <= 100"),

@@ -145,6 +145,8 @@ def load(params: Params) -> Manifest:
     manifest = _from_csv(params)
   else:
     manifest = _from_folders(params)
+  if params.extra_train_dir:
+    manifest = _extra_train(manifest, params)
   manifest = _classes(manifest, params)
   manifest = dataclasses.replace(manifest, noise=tuple(_noise(manifest.root, params)),
                                  rirs=tuple(_recordings(params.rir_dir, "rir_dir", params)))
@@ -300,28 +302,56 @@ def _from_folders(params: Params) -> Manifest:
   has_lists = bool(validation or testing)
 
   rows = []
-  # Folders starting with "_" (Speech Commands' _background_noise_) or "." hold no labels, but
-  # _unknown_: other words (audioclf synthesize --unknown_words), the label UNKNOWN as it is.
-  labels = sorted(d.name for d in os.scandir(root) if d.is_dir() and (
-      d.name == UNKNOWN or not d.name.startswith(("_", "."))))
-  for label in labels:
-    for dirpath, dirnames, filenames in os.walk(os.path.join(root, label)):
-      dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-      for name in sorted(filenames):
-        if os.path.splitext(name)[1].lower() not in AUDIO_EXTENSIONS:
-          continue
-        path = os.path.join(dirpath, name)
-        split = None
-        if has_lists:  # The lists name files relative to root, with "/".
-          rel = path[len(root) + 1:].replace(os.sep, "/")
-          split = "validation" if rel in validation else "test" if rel in testing else "train"
-        rows.append((path, label, split, ""))
+  for path, label in _labelled_files(root):
+    split = None
+    if has_lists:  # The lists name files relative to root, with "/".
+      rel = path[len(root) + 1:].replace(os.sep, "/")
+      split = "validation" if rel in validation else "test" if rel in testing else "train"
+    rows.append((path, label, split, ""))
   examples = _stat_examples(rows, params)
   used = tuple(sorted({e.label for e in examples}))
   if not used:
     raise DataError(f"data_dir {root!r} holds no label folders with audio files "
                     "(expected <data_dir>/<label>/<file>.wav)")
   return Manifest(used, tuple(examples), root)
+
+
+def _labelled_files(root: str) -> Iterator[tuple[str, str]]:
+  """(path, label) of each audio file under a folder per label, in a stable order.
+
+  Folders starting with "_" (Speech Commands' _background_noise_) or "." hold
+  no labels, but _unknown_: other words (audioclf synthesize --unknown_words).
+  """
+  labels = sorted(d.name for d in os.scandir(root) if d.is_dir() and (
+      d.name == UNKNOWN or not d.name.startswith(("_", "."))))
+  for label in labels:
+    for dirpath, dirnames, filenames in os.walk(os.path.join(root, label)):
+      dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+      for name in sorted(filenames):
+        if os.path.splitext(name)[1].lower() in AUDIO_EXTENSIONS:
+          yield os.path.join(dirpath, name), label
+
+
+def _extra_train(manifest: Manifest, params: Params) -> Manifest:
+  """The manifest plus --extra_train_dir's files, all in the train split.
+
+  Raises:
+    DataError: the folder is missing or holds no labelled audio, or a label
+      the data does not have.
+  """
+  root = params.extra_train_dir
+  if not os.path.isdir(root):
+    raise DataError(f"extra_train_dir {root!r} does not exist or is not a folder")
+  rows = [(path, label, "train", "") for path, label in _labelled_files(os.path.abspath(root))]
+  if not rows:
+    raise DataError(f"extra_train_dir {root!r} holds no label folders with audio files "
+                    "(expected <extra_train_dir>/<label>/<file>.wav)")
+  unknown = sorted({label for _, label, _, _ in rows} - set(manifest.labels))
+  if unknown:
+    raise DataError(f"extra_train_dir {root!r} has labels the data does not: "
+                    f"{', '.join(unknown)} (the data has {', '.join(manifest.labels)})")
+  return dataclasses.replace(
+      manifest, examples=manifest.examples + tuple(_stat_examples(rows, params)))
 
 
 def _from_csv(params: Params) -> Manifest:
