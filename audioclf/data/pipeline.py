@@ -30,6 +30,21 @@ from audioclf.params import MODES, ParamError, Params
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
 
 
+def _reuse_key(params, mode, manifest, rows, first_batch, shard, native_read,
+               mixes_noise, reverberates):
+  """What names a warm eager dataset for reuse, or None when it cannot be reused."""
+  if (rows.cached is None or params.data_service or not isinstance(first_batch, int)
+      or not tf.executing_eagerly()):  # A graph's dataset belongs to that graph.
+    return None
+  # The same warm dataset again (Keras' evaluate, every tuner trial, a
+  # loop of fits): reuse the one built, which saves its construction.
+  fingerprints = rows.store.fingerprints.of
+  return (params.data_key(), mode, rows.name, first_batch, shard, native_read, rows.base,
+          rows.cached.identity, rows.labels.tobytes(),
+          tuple(fingerprints(manifest.noise)) if mixes_noise else (),
+          tuple(fingerprints(manifest.rirs)) if reverberates else ())
+
+
 def input_fn(params: Params, mode: str, split: Optional[str] = None,
              manifest: Optional[Manifest] = None,
              seed_offset: Union[None, int, tf.Tensor] = None,
@@ -83,16 +98,9 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   mixes_noise = manifest.noise and ((training and params.noise_prob > 0)
                                     or rows.silence is not None)
   reverberates = manifest.rirs and training and params.reverb_prob > 0
-  reuse = None
-  if (rows.cached is not None and not params.data_service and isinstance(first_batch, int)
-      and tf.executing_eagerly()):  # A graph's dataset belongs to that graph.
-    # The same warm dataset again (Keras' evaluate, every tuner trial, a
-    # loop of fits): reuse the one built, which saves its construction.
-    fingerprints = rows.store.fingerprints.of
-    reuse = (params.data_key(), mode, rows.name, first_batch, shard, native_read, rows.base,
-             rows.cached.identity, rows.labels.tobytes(),
-             tuple(fingerprints(manifest.noise)) if mixes_noise else (),
-             tuple(fingerprints(manifest.rirs)) if reverberates else ())
+  reuse = _reuse_key(params, mode, manifest, rows, first_batch, shard, native_read,
+                     mixes_noise, reverberates)
+  if reuse is not None:
     ds = _BUILT.get(reuse)
     if ds is not None:
       return ds
