@@ -7,7 +7,7 @@
 
 The package, by concern (each folder's __init__ says more):
 
-  params.py      Params: every setting of a run, and the one check of every value
+  params/        Params: every setting of a run, and the one check of every value
   files.py       writing a file whole or not at all (every file audioclf writes in place)
   compat/        every difference between the legacy stack (Keras 2, tf.estimator) and Keras 3
   data/          the data: manifest, decoding, the clip cache, the sampler, input_fn, tf.data service

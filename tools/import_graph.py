@@ -7,7 +7,7 @@
 Reads every module of the package with `ast` (no import, so no TensorFlow):
 each `import` and `from ... import` anywhere in it, at module level or inside
 a function, relative ones resolved. A unit is a sub-package (a folder:
-data/, model/, ...) or a top-level module (params.py, __main__.py); the
+data/, model/, ...) or a top-level module (files.py, __main__.py); the
 graph has one edge per pair of units where a module of the first imports one
 of the second. The package root (audioclf/__init__.py, which imports the
 public functions by name on first use) is the package's face, not a layer,

@@ -75,9 +75,8 @@ def exit_without_final_collections() -> None:
   """Makes the interpreter's last collections, as the process exits, skip every object alive then.
 
   Python ends by collecting garbage (twice) before it tears its modules down,
-  walking every object TensorFlow, Keras and the run made: about 1.2 of the
-  5-6 s an `evaluate` takes (AMD EPYC, 2 cores, 2026-12-03; an `import
-  tensorflow` alone exits 1.3 s after its last line). gc.freeze, registered
+  walking every object TensorFlow, Keras and the run made: a sizeable part
+  of a short command's time. gc.freeze, registered
   here, before anything else of the command's, runs as the last atexit hook
   (they run in reverse): after audioclf.data.exit_guard's hook has
   destroyed the live pipelines and collected the garbage that held any.

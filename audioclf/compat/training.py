@@ -60,8 +60,7 @@ def build_optimizer(model) -> None:
 
   Both stacks' optimizers make them on their first step otherwise, inside
   the traced step, and tf.function traces a function again when it made
-  variables: BC-ResNet's first epoch took 11.6 s for 6.6 s (Keras 3; 8.9
-  for 6.8 on Keras 2), a 40-step run of the tone CNN a quarter less. Once
+  variables, which costs a whole second trace of the step. Once
   only: a built Keras 3 optimizer (a subclass of a team's own may not guard
   its build) is left as it is, and Keras 2's optimizers, which say nothing
   of it, return from a second build themselves. Keras 2's legacy family (a
@@ -111,9 +110,8 @@ def forget_trial_gradients(keep: set) -> None:
   TF 2.21) differentiates a `tf.custom_gradient`, which in a graph registers
   its gradient function under a new name in TensorFlow's global gradient
   registry and never removes it; that function holds the whole traced train
-  step. clear_session cannot reach it, so each trial kept its graphs alive:
-  9 to 14 MB a trial for audioclf's small models on TF 2.15 (tensorflow#61791,
-  tf-keras#286; tools/bench_tune_memory.py measures it). The registry is only
+  step. clear_session cannot reach it, so each trial would keep its graphs alive
+  (tensorflow#61791, tf-keras#286; tools/bench_tune_memory.py measures it). The registry is only
   read while a graph is differentiated, which a finished trial's graphs never
   are again. Names in `keep` (there before the trial) stay.
 

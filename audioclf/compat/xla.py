@@ -3,17 +3,13 @@
 XLA fuses the dozens of elementwise steps of an augmentation into a few
 loops (tf.function(jit_compile=True), eagerly and inside tf.data alike). The
 legacy stack's XLA (TensorFlow 2.15) is no use to the augmentations: its CPU
-FFTs are not the ducc library TensorFlow's own FFT ops use but a path 9x
-(512 points) to 81x (22,500 points) slower than those ops (rfft and irfft
-of one row: 12 against 1.4 us, 7,561 against 94 us; on TF 2.21 XLA's and
-the ops' are within 10%), which made the warm pipeline with every
-augmentation 13x slower than plain ops (5,004 against 373 CPU us an
-example; 2026-12-04, 2 cores). It also prints notes on stderr at first use:
-absl's "Compiled cluster using XLA!" once a process whatever
-TF_CPP_MIN_LOG_LEVEL says, and at level 2 (errors kept) "SetPriority
-unimplemented for this stream" for every stream its launches add, which a
-quiet command cannot have. There the same functions run as the TensorFlow
-ops they are.
+FFTs are not the ducc library TensorFlow's own FFT ops use but a path many
+times slower than those ops, so the augmentations run slower under it than
+as plain ops. It also prints notes on stderr at first use: absl's
+"Compiled cluster using XLA!" once a process whatever TF_CPP_MIN_LOG_LEVEL
+says, and at level 2 (errors kept) "SetPriority unimplemented for this
+stream" for every stream its launches add, which a quiet command cannot
+have. There the same functions run as the TensorFlow ops they are.
 """
 
 from __future__ import annotations
@@ -38,9 +34,8 @@ def materialized(x: tf.Tensor) -> tf.Tensor:
 
   XLA's CPU compiler fuses the computation of a tensor into a gather that
   reads rows of it, and then computes each element it gathers on the spot
-  through indices it cannot vectorize: mixup's gather of partners right
-  after a resampling took 19.5 ms a batch where the two apart take 9. A
-  scatter of one row onto itself is an op XLA does not fuse into what
+  through indices it cannot vectorize (mixup's gather of partners right
+  after a resampling costs more than the two apart). A scatter of one row onto itself is an op XLA does not fuse into what
   reads it, so the tensor is computed once, in place, at the cost of one row.
   """
   if not XLA:

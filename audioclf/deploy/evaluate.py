@@ -57,19 +57,8 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
       the model does not know.
     manifest.DataError: a group_by that the data has no values for.
   """
-  if saved_model:
-    predict, params, labels = load_saved_model(saved_model, params)
-    results = {"saved_model": saved_model, "engine": "saved_model", "split": split,
-               "checkpoint": None, "steps": None}
-    where = saved_model
-  else:
-    engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
-    # Once: training may add or keep another meanwhile.
-    chosen = model_dir_lib.choose_checkpoint(model_dir, checkpoint)
-    model, params, labels = model_dir_lib.load_model(model_dir, params, chosen.path)
-    predict = models.predict_fn(model)
-    results = {"model_dir": model_dir, "engine": engine, "split": split, **chosen.record()}
-    where = model_dir
+  predict, params, labels, results, where = _load(model_dir, split, params, saved_model,
+                                                  checkpoint)
   manifest = manifest_lib.load(params)
   to_model = model_ids(labels, manifest.labels, where)
   examples = manifest.split(split)
@@ -83,17 +72,40 @@ def evaluate(model_dir: Optional[str], split: str = "validation",
                  accuracy=float(np.mean(probabilities.argmax(axis=1) == y_true)))
   if report:
     report_dir = report_dir or os.path.join(where, f"eval_{split}")
-    kept = _decoded(params, examples, len(y_true))
-    files = report_lib.files_of(examples, len(y_true), kept)
-    if groups is not None:
-      groups = report_lib.of_delivered(groups, len(y_true), kept)
-    title = f"{split} split" + (f", step {results['steps']}" if results["steps"] is not None else "")
-    results["report"] = report_lib.write(report_dir, labels, y_true, probabilities, files,
-                                         title=f"{title}: accuracy {results['accuracy']:.3f}",
-                                         step=results["steps"] or 0, group_by=group_by,
-                                         groups=groups)
+    results["report"] = _report(report_dir, results, params, examples, labels, y_true,
+                                probabilities, group_by, groups)
     results["report_dir"] = report_dir
   return results
+
+
+def _load(model_dir: Optional[str], split: str, params: Optional[Params],
+          saved_model: Optional[str], checkpoint: str):
+  """(predict, params, labels, results so far, where) of the model evaluate() was asked for."""
+  if saved_model:
+    predict, params, labels = load_saved_model(saved_model, params)
+    results = {"saved_model": saved_model, "engine": "saved_model", "split": split,
+               "checkpoint": None, "steps": None}
+    return predict, params, labels, results, saved_model
+  engine = model_dir_lib.read_params(model_dir).engine  # First: is it a model_dir at all?
+  # Once: training may add or keep another meanwhile.
+  chosen = model_dir_lib.choose_checkpoint(model_dir, checkpoint)
+  model, params, labels = model_dir_lib.load_model(model_dir, params, chosen.path)
+  results = {"model_dir": model_dir, "engine": engine, "split": split, **chosen.record()}
+  return models.predict_fn(model), params, labels, results, model_dir
+
+
+def _report(report_dir: str, results: dict, params: Params, examples, labels, y_true,
+            probabilities, group_by: Optional[str], groups) -> dict:
+  """report.write of one evaluation, its rows matched to the files that were decoded."""
+  kept = _decoded(params, examples, len(y_true))
+  files = report_lib.files_of(examples, len(y_true), kept)
+  if groups is not None:
+    groups = report_lib.of_delivered(groups, len(y_true), kept)
+  title = f"{results['split']} split" + (
+      f", step {results['steps']}" if results["steps"] is not None else "")
+  return report_lib.write(report_dir, labels, y_true, probabilities, files,
+                          title=f"{title}: accuracy {results['accuracy']:.3f}",
+                          step=results["steps"] or 0, group_by=group_by, groups=groups)
 
 
 def model_ids(model_labels: Sequence[str], data_labels: Sequence[str], where: str) -> np.ndarray:

@@ -76,8 +76,31 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
     and with groups "groups": {"by": group_by, "rows": group_accuracy's rows}.
   """
   os.makedirs(report_dir, exist_ok=True)
-  ids = np.arange(len(labels))
   y_pred = probabilities.argmax(axis=1)
+  table, text = _class_table(labels, y_true, y_pred)
+  accuracy = float(np.mean(y_pred == y_true))
+  classes = {name: _row(table[name]) for name in labels}
+  report = {"labels": list(labels), "examples": int(len(y_true)), "accuracy": accuracy,
+            "classes": classes, "macro avg": _row(table["macro avg"]),
+            "weighted avg": _row(table["weighted avg"])}
+  if groups is not None:
+    rows = group_accuracy(groups, y_true, y_pred)
+    report["groups"] = {"by": group_by, "rows": rows}
+    write_groups(os.path.join(report_dir, GROUPS_FILE), group_by, rows)
+    text += "\n" + group_table(group_by, rows)
+  with open(os.path.join(report_dir, REPORT_FILE), "w") as f:
+    json.dump(report, f, indent=2)
+    f.write("\n")
+  png = _write_confusion(report_dir, labels, y_true, y_pred, title or f"accuracy {accuracy:.3f}")
+  write_errors(os.path.join(report_dir, ERRORS_FILE), labels, y_true, probabilities, files)
+  _summaries(report_dir, report, png, step)
+  return dict(report, text=text)
+
+
+def _class_table(labels: Sequence[str], y_true: np.ndarray,
+                 y_pred: np.ndarray) -> tuple[dict, str]:
+  """sklearn's classification report of the model's every label, as a dict and as text."""
+  ids = np.arange(len(labels))
   # labels= keeps a class the split lacks in the table (support 0), so rows
   # and matrix always line up with the model's vocabulary.
   table = sk_metrics.classification_report(y_true, y_pred, labels=ids, target_names=list(labels),
@@ -93,32 +116,22 @@ def write(report_dir: str, labels: Sequence[str], y_true: np.ndarray, probabilit
                                                                   zero_division=0)[:3]),
                               support=len(y_true))
     text = _with_row(text, "macro avg", table["macro avg"])
-  accuracy = float(np.mean(y_pred == y_true))
-  classes = {name: _row(table[name]) for name in labels}
-  report = {"labels": list(labels), "examples": int(len(y_true)), "accuracy": accuracy,
-            "classes": classes, "macro avg": _row(table["macro avg"]),
-            "weighted avg": _row(table["weighted avg"])}
-  if groups is not None:
-    rows = group_accuracy(groups, y_true, y_pred)
-    report["groups"] = {"by": group_by, "rows": rows}
-    write_groups(os.path.join(report_dir, GROUPS_FILE), group_by, rows)
-    text += "\n" + group_table(group_by, rows)
-  with open(os.path.join(report_dir, REPORT_FILE), "w") as f:
-    json.dump(report, f, indent=2)
-    f.write("\n")
+  return table, text
 
-  confusion = sk_metrics.confusion_matrix(y_true, y_pred, labels=ids)
+
+def _write_confusion(report_dir: str, labels: Sequence[str], y_true: np.ndarray,
+                     y_pred: np.ndarray, title: str) -> bytes:
+  """Writes the confusion matrix as CSV and PNG; returns the PNG."""
+  confusion = sk_metrics.confusion_matrix(y_true, y_pred, labels=np.arange(len(labels)))
   with open(os.path.join(report_dir, CONFUSION_CSV), "w", newline="") as f:
     out = csv.writer(f)
     out.writerow(["true \\ predicted", *labels])
     for name, row in zip(labels, confusion):
       out.writerow([name, *row.tolist()])
-  png = confusion_png(confusion, labels, title or f"accuracy {accuracy:.3f}")
+  png = confusion_png(confusion, labels, title)
   with open(os.path.join(report_dir, CONFUSION_PNG), "wb") as f:
     f.write(png)
-  write_errors(os.path.join(report_dir, ERRORS_FILE), labels, y_true, probabilities, files)
-  _summaries(report_dir, report, png, step)
-  return dict(report, text=text)
+  return png
 
 
 def group_accuracy(groups: Sequence[str], y_true: np.ndarray,

@@ -156,9 +156,8 @@ def converter_of(model) -> tf.lite.TFLiteConverter:
 
   From the traced function, frozen (its weights become constants), not
   from_keras_model: that one first saves the whole model as a SavedModel,
-  tracing every layer's functions, which took 27 of the 30 s that
-  BC-ResNet's conversion took on TF 2.15 (1.7 s this way); on TF 2.21,
-  Keras 3 exports a SavedModel too. The input keeps its batch dimension
+  tracing every layer's functions, most of a conversion's time (on TF 2.21,
+  Keras 3 exports a SavedModel too). The input keeps its batch dimension
   free (allocated as 1).
   """
   (spec,) = model.inputs  # audioclf's models and the zoo's bodies take one input.

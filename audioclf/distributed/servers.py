@@ -87,8 +87,7 @@ def stop_on_signals() -> threading.Event:
   """An event that SIGTERM or SIGINT sets from now on.
 
   Call it before the line that says a server is up: whoever reads that line
-  may signal at once (the handlers used to come after it, and a quick
-  SIGTERM killed the process before it could stop its server).
+  may signal at once, and the process must then stop its server, not die.
   """
   stop = threading.Event()
   for signum in (signal.SIGTERM, signal.SIGINT):

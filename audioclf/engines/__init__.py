@@ -4,7 +4,7 @@
   keras_engine.py the Keras engine: strategies, checkpoints, evaluation
   keras_loop.py the one Keras model.fit of every run (engine, tuner trials, benchmarks)
   estimator_engine.py  the Estimator engine (legacy stack): model_to_estimator, train_and_evaluate
-  common.py     the Result engines return, the metered training input
+  common.py     what both engines share: their Result, log lines, metered training input
   stall.py      the input-stall meter: how much of each step waits for its batch
   clock.py      StepClock: the one timer of training steps
 

@@ -1,4 +1,4 @@
-"""What both engines share: the Result they return and the metered training input."""
+"""What both engines share: the Result they return, their log lines and the metered training input."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 from typing import Optional
 
 import tensorflow as tf
+from absl import logging
 
 from audioclf.data.manifest import Manifest
 from audioclf.data.pipeline import input_fn
@@ -28,12 +29,47 @@ class Result:
   stopped_at: Optional[int] = None  # The step early stopping ended the run at; None if it did not.
 
 
-def selection(tracker: Optional[best_lib.Tracker], steps: int, params: Params) -> dict:
-  """Result's best and stopped_at fields, from the run's best Tracker (None without --keep_best)."""
-  if tracker is None:
-    return {}
-  stopped = tracker.exhausted and steps < params.train_steps
-  return {"best": tracker.summary(), "stopped_at": steps if stopped else None}
+def result(params: Params, steps: int, validation: dict, test: Optional[dict], clock,
+           meter: StallMeter, tracker: Optional[best_lib.Tracker]) -> Result:
+  """The Result of a run that ended at `steps`, from its evaluations, clock, meter and Tracker.
+
+  Args:
+    params: the run's parameters.
+    steps: the global step training ended at.
+    validation: the engine's evaluation dict (METRIC_NAMES among its keys).
+    test: the same on the test split; None where it is empty.
+    clock: the run's training StepClock.
+    meter: the run's StallMeter.
+    tracker: the run's best Tracker; None without --keep_best.
+  """
+  selected = {}
+  if tracker is not None:
+    stopped = tracker.exhausted and steps < params.train_steps
+    selected = {"best": tracker.summary(), "stopped_at": steps if stopped else None}
+  return Result(
+      steps=steps,
+      validation=metric_values(validation),
+      test=metric_values(test) if test is not None else None,
+      examples_per_sec=clock.examples_per_sec(params.batch_size),
+      input_stall_fraction=stall_fraction(meter),
+      **selected)
+
+
+def offer_best(tracker: best_lib.Tracker, step: int, results: dict,
+               checkpoint: Optional[str]) -> bool:
+  """Gives one evaluation and its checkpoint to the run's Tracker; True where training stops there."""
+  tracker.update(step, metric_values(results), checkpoint)
+  if tracker.exhausted:
+    logging.info("audioclf: no better %s in %d evaluations: stopping at step %d",
+                 tracker.metric, tracker.patience, step)
+  return tracker.exhausted
+
+
+def log_evaluating_only(params: Params, step: int) -> None:
+  """Says that a run already at train_steps, or stopped early, is evaluated and not trained."""
+  logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
+               params.model_dir, step, params.train_steps,
+               ", stopped early" if step < params.train_steps else "")
 
 
 def has_split(manifest: Manifest, split: str) -> bool:

@@ -20,11 +20,12 @@ from audioclf.engines.clock import EstimatorClockHook, StepClock, training_clock
 from audioclf.engines.common import (
   Result,
   has_split,
+  log_evaluating_only,
   metered_train_input,
   metric_values,
+  offer_best,
   prefetch_device,
-  selection,
-  stall_fraction,
+  result,
   stall_log_every,
 )
 from audioclf.engines.stall import EstimatorStallHook, StallMeter
@@ -125,8 +126,7 @@ class _KeepBest(tf.estimator.Exporter):
     return "keep_best"
 
   def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
-    self.tracker.update(int(eval_result["global_step"]), metric_values(eval_result),
-                        checkpoint_path)
+    offer_best(self.tracker, int(eval_result["global_step"]), eval_result, checkpoint_path)
 
 
 class _StopEarly(tf.estimator.SessionRunHook):
@@ -143,8 +143,6 @@ class _StopEarly(tf.estimator.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     if self._tracker.exhausted:
-      logging.info("audioclf: no better %s in %d evaluations: stopping",
-                   self._tracker.metric, self._tracker.patience)
       run_context.request_stop()
 
 
@@ -281,9 +279,7 @@ class _Run:
       # Estimator.train would not see that max_steps is reached: it looks for a
       # variable named "global_step", and object-based checkpoints call it
       # "estimator_global_step/...". It would run one more step.
-      logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
-                   params.model_dir, self.start_step, params.train_steps,
-                   ", stopped early" if self.start_step < params.train_steps else "")
+      log_evaluating_only(params, self.start_step)
       validation = self.estimator.evaluate(self.eval_input())
     return self._result(validation)
 
@@ -330,10 +326,4 @@ class _Run:
     if self.task is not None and best:
       # What the evaluator task has kept so far: it may still evaluate the last checkpoint.
       best = best_lib.tracker(params, write=False)
-    return Result(
-        steps=steps,
-        validation=metric_values(validation),
-        test=metric_values(test) if test is not None else None,
-        examples_per_sec=self.clock.examples_per_sec(params.batch_size),
-        input_stall_fraction=stall_fraction(self.meter),
-        **selection(best, steps, params))
+    return result(params, steps, validation, test, self.clock, self.meter, best)

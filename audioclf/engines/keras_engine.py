@@ -21,13 +21,14 @@ from audioclf.distributed import cluster as cluster_lib
 from audioclf.engines import keras_loop
 from audioclf.engines.clock import training_clock
 from audioclf.engines.common import (
+  METRIC_NAMES,
   Result,
   has_split,
+  log_evaluating_only,
   metered_train_input,
-  metric_values,
+  offer_best,
   prefetch_device,
-  selection,
-  stall_fraction,
+  result,
   stall_log_every,
 )
 from audioclf.engines.stall import StallMeter
@@ -97,13 +98,12 @@ def make_strategy(params: Params, task: Optional[cluster_lib.Task]) -> tf.distri
 
 
 def _multi_worker_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
-  """MultiWorkerMirroredStrategy, with SIGTERM doing what it did before it.
+  """MultiWorkerMirroredStrategy, with the process's own SIGTERM handler kept.
 
   Its coordination service installs TensorFlow's own SIGTERM handler (the
   preemption notifier of tf.distribute's PreemptionCheckpointHandler, which
-  audioclf does not use), and with it a worker that SIGTERM should stop
-  (`audioclf launch` stopping its tasks, a scheduler) trained on to the end:
-  a launch killed at step 20 of 60 still wrote step 60 and its metrics.
+  audioclf does not use), under which a worker that SIGTERM should stop
+  (`audioclf launch` stopping its tasks, a scheduler) would train on to the end.
   """
   before = signal.getsignal(signal.SIGTERM)
   strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -146,8 +146,7 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
   Replicas on CPUs read their pipelines' batches where they are: fetching
   them "to the device" would add a multi-device iterator, whose own
   pipelines autotune, with the wait at its destruction that
-  data/batches.py's AUTOTUNE describes (1-6 s after a mirrored fit on three logical
-  CPUs; tests/test_cluster_keras.py's two-worker runs 23.5 -> 20-21 s).
+  data/batches.py's AUTOTUNE describes.
   """
   mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)
   return tf.distribute.InputOptions(
@@ -210,11 +209,8 @@ class _KeepBest(keras.callbacks.Callback):
 
   def on_epoch_end(self, epoch, logs=None):
     step = int(self.model.optimizer.iterations.numpy())
-    results = {name: logs[f"val_{name}"] for name in ("accuracy", "loss")}
-    self._tracker.update(step, results, self._checkpoints.saved)
-    if self._tracker.exhausted:
-      logging.info("audioclf: no better %s in %d evaluations: stopping at step %d",
-                   self._tracker.metric, self._tracker.patience, step)
+    results = {name: logs[f"val_{name}"] for name in METRIC_NAMES}
+    if offer_best(self._tracker, step, results, self._checkpoints.saved):
       self.model.stop_training = True
 
 
@@ -275,8 +271,6 @@ def _evaluation(strategy: tf.distribute.Strategy, params: Params, manifest: Mani
           "steps": steps}
 
 
-
-
 def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
            chief: bool) -> Result:
   model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
@@ -292,23 +286,15 @@ def _train(params: Params, manifest: Manifest, strategy: tf.distribute.Strategy,
     history = _fit(model, params, manifest, strategy, chief, manager, best, clock, meter,
                    validation)
     # The last epoch's validation ran on the final weights.
-    validation = {name: history.history[f"val_{name}"][-1] for name in ("loss", "accuracy")}
+    validation = {name: history.history[f"val_{name}"][-1] for name in METRIC_NAMES}
   else:
-    logging.info("audioclf: %s is already at step %d of %d%s; evaluating only",
-                 params.model_dir, step, params.train_steps,
-                 ", stopped early" if step < params.train_steps else "")
+    log_evaluating_only(params, step)
     validation = _evaluate(model, validation)
   test = None
   if has_split(manifest, "test"):
     test = _evaluate(model, _evaluation(strategy, params, manifest, "test"))
-  steps = int(model.optimizer.iterations.numpy())
-  return Result(
-      steps=steps,
-      validation=metric_values(validation),
-      test=metric_values(test) if test is not None else None,
-      examples_per_sec=clock.examples_per_sec(params.batch_size),
-      input_stall_fraction=stall_fraction(meter),
-      **selection(best, steps, params))
+  return result(params, int(model.optimizer.iterations.numpy()), validation, test, clock, meter,
+                best)
 
 
 def _evaluate(model: keras.Model, evaluation: dict) -> dict:

@@ -114,13 +114,11 @@ def passes_released() -> Iterator[None]:
   ends before its data does (fit stopped at train_steps, evaluate at the end
   of a dataset of unknown length) leaves that generator suspended, so the
   pair and the iterator (its threads, its buffers of batches) go only in a
-  full collection, whenever the process next runs one: in the test workers,
-  full collections of 25-53 s, when destroying an iterator still waited for
-  its autotuning thread (data/batches.py's AUTOTUNE: off).
+  full collection, whenever the process next runs one, which may be long
+  (destroying an iterator can wait for its autotuning thread: data/batches.py's AUTOTUNE).
 
   So: a collection on exit, right after the pass. Everything older is frozen
-  out of it (gc.freeze), so it walks only what the pass made: 0.04 s after a
-  40-step run (0.8 s after a process's first, which imports Keras' modules).
+  out of it (gc.freeze), so it walks only what the pass made.
   A process that froze its objects itself (a forking server, the tuner's
   search) keeps them frozen; the collection then walks what came since.
   """

@@ -9,8 +9,7 @@ callbacks). The engine marks when each step begins and ends (a Keras
 callback, or an Estimator SessionRunHook); a step's wait is that blocked time,
 capped at the part of it after the step began, and the stall fraction is the
 summed waits over the summed step times. The probe is one Python call and
-three tiny ops per batch, not per example: about 0.2 ms a step on 2 CPU cores,
-callback included, which no training step notices (under 1% of a 30 ms step).
+three tiny ops per batch, not per example, which no training step notices.
 """
 
 from __future__ import annotations

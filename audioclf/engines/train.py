@@ -66,8 +66,20 @@ def train(params: Params) -> dict[str, Any]:
   result = train_fn(params, manifest)
   if result is None:  # A worker or ps task of a cluster: nothing of its own to report.
     return {"task": f"{task.type}:{task.index}", "model_dir": params.model_dir}
+  metrics = _metrics(params, manifest, result, start)
+  if task is not None:
+    metrics["task"] = f"{task.type}:{task.index}"
+    metrics["workers"] = task.num_workers
+  if chief:
+    model_dir_lib.write_metrics(params.model_dir, metrics)
+  return metrics
+
+
+def _metrics(params: Params, manifest: manifest_lib.Manifest, result: engines.Result,
+             start: float) -> dict[str, Any]:
+  """metrics.json of a run that `start` (time.perf_counter) began and the engine's `result` ended."""
   test = result.test or {}
-  metrics = {
+  return {
       "engine": params.engine,
       "model": params.model,
       "steps": result.steps,
@@ -84,12 +96,6 @@ def train(params: Params) -> dict[str, Any]:
       "all_train_files_read": _every_train_file_read(params, manifest),
       "model_dir": params.model_dir,
   }
-  if task is not None:
-    metrics["task"] = f"{task.type}:{task.index}"
-    metrics["workers"] = task.num_workers
-  if chief:
-    model_dir_lib.write_metrics(params.model_dir, metrics)
-  return metrics
 
 
 def _every_train_file_read(params: Params, manifest: manifest_lib.Manifest) -> Optional[bool]:

@@ -104,33 +104,27 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
   if names.is_name_based(find_checkpoint(from_model_dir)):
     return named.migrate_named(from_model_dir, to_model_dir, model, model_args, estimator,
                                mapping, carry_optimizer_state, legacy_python)
+  return _migrate_keras_estimator(from_model_dir, to_model_dir, model, model_args, mapping,
+                                  carry_optimizer_state, params)
+
+
+def _migrate_keras_estimator(from_model_dir: str, to_model_dir: str, model: str,
+                             model_args: Union[ModelArgs, dict, str],
+                             mapping: Union[None, str, dict[str, Optional[int]]],
+                             carry_optimizer_state: bool,
+                             params: Optional[Params]) -> dict[str, Any]:
+  """migrate_estimator of an object-based checkpoint: a model_to_estimator Estimator's."""
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
   builder = whole_model_builder(model)
   args = builder.arguments(ModelArgs(model_args))
-  mapping = read_mapping(mapping) if isinstance(mapping, str) else mapping
   team, optimizer_changes, changes = _build(builder, args, legacy)
-  optimizer = getattr(team, "optimizer", None)  # Keras 3 has none until compiled.
-  alignment = assign_weights(team, legacy, mapping, model_desc=f"{model}'s model",
-                             hint=f"give --mapping=<{MAPPING_HELP}>")
-  state, missing, differences = _carry_optimizer(team, legacy, alignment, carry_optimizer_state)
-  changes += differences
-  if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
-    changes.append(BATCH_NORM_NOTE)
   record = {
       "from_model_dir": os.path.abspath(from_model_dir),
       "checkpoint": os.path.basename(legacy.path),
       "steps": legacy.step,
       "builder": builder.target,
       "model_args": dict(args),
-      "input": {"name": team.inputs[0].name, "shape": list(team.inputs[0].shape[1:])},
-      "classes": int(team.outputs[0].shape[-1]),
-      "weights": len(alignment.names),
-      "layers": alignment.pairs_record(legacy),
-      "optimizer": type(optimizer).__name__ if optimizer is not None else None,
-      "optimizer_changes": optimizer_changes,
-      "optimizer_state": state,
-      "not_carried": alignment.not_carried(legacy) + missing,
-      "differences": changes,
+      **_carry(team, legacy, model, mapping, carry_optimizer_state, optimizer_changes, changes),
       "keras_file": os.path.join(to_model_dir, KERAS_FILE),
       "model_dir": None,
   }
@@ -141,6 +135,30 @@ def migrate_estimator(from_model_dir: str, to_model_dir: str, model: str,
     record["model_dir"] = to_model_dir
   write(to_model_dir, team, record, audio, legacy.step)
   return {**record, "to_model_dir": to_model_dir}
+
+
+def _carry(team, legacy: LegacyCheckpoint, model: str,
+           mapping: Union[None, str, dict[str, Optional[int]]], carry_optimizer_state: bool,
+           optimizer_changes: dict[str, Any], changes: list[str]) -> dict[str, Any]:
+  """The checkpoint's weights and optimizer state carried into `team`: their part of the record."""
+  mapping = read_mapping(mapping) if isinstance(mapping, str) else mapping
+  optimizer = getattr(team, "optimizer", None)  # Keras 3 has none until compiled.
+  alignment = assign_weights(team, legacy, mapping, model_desc=f"{model}'s model",
+                             hint=f"give --mapping=<{MAPPING_HELP}>")
+  state, missing, differences = _carry_optimizer(team, legacy, alignment, carry_optimizer_state)
+  if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
+    differences = differences + [BATCH_NORM_NOTE]
+  return {
+      "input": {"name": team.inputs[0].name, "shape": list(team.inputs[0].shape[1:])},
+      "classes": int(team.outputs[0].shape[-1]),
+      "weights": len(alignment.names),
+      "layers": alignment.pairs_record(legacy),
+      "optimizer": type(optimizer).__name__ if optimizer is not None else None,
+      "optimizer_changes": optimizer_changes,
+      "optimizer_state": state,
+      "not_carried": alignment.not_carried(legacy) + missing,
+      "differences": changes + differences,
+  }
 
 
 def _carry_optimizer(team, legacy: LegacyCheckpoint, alignment,

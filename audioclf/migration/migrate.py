@@ -14,6 +14,7 @@ from audioclf.migration.optimizer import ORDERED_SLOTS, assign_optimizer_state
 from audioclf.migration.weights import assign_weights
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
+from audioclf.params import Params
 
 
 def migrate(from_model_dir: str, to_model_dir: str,
@@ -44,11 +45,6 @@ def migrate(from_model_dir: str, to_model_dir: str,
   saved, labels, stack = _read_legacy(from_model_dir, to_model_dir)
   legacy = LegacyCheckpoint.read(find_checkpoint(from_model_dir))
   best = model_dir_lib.best_record(from_model_dir)
-  legacy_best = None
-  if best is not None:
-    legacy_best = LegacyCheckpoint.read(
-        model_dir_lib.choose_checkpoint(from_model_dir, "best").path)
-
   params = saved.replace(engine="keras", model_dir=to_model_dir)
   model, names, not_carried = _carry(params, labels, legacy, carry_optimizer_state)
   record = {
@@ -59,15 +55,14 @@ def migrate(from_model_dir: str, to_model_dir: str,
       "steps": legacy.step,
       "weights": len(names),
       "optimizer": params.optimizer,
-      "optimizer_state": ("carried" if not not_carried else
-                          "fresh" if not carry_optimizer_state or legacy.slots is None else
-                          "partial"),
+      "optimizer_state": _optimizer_state(not_carried, carry_optimizer_state, legacy),
       "not_carried": not_carried,
-      "learning_rate": f"{params.lr_schedule}, from params.json"
-                       + (" (a function of the carried step)" if params.lr_schedule != "constant"
-                          else ""),
+      "learning_rate": _learning_rate(params),
       "best": {k: best[k] for k in ("metric", "value", "step")} if best else None,
   }
+
+  legacy_best = (LegacyCheckpoint.read(model_dir_lib.choose_checkpoint(from_model_dir, "best").path)
+                 if best is not None else None)
 
   def write(folder: str) -> None:
     model_dir_lib.prepare(params.replace(model_dir=folder), labels)
@@ -79,6 +74,20 @@ def migrate(from_model_dir: str, to_model_dir: str,
 
   model_dir_lib.write_whole(to_model_dir, write)
   return {**record, "to_model_dir": to_model_dir}
+
+
+def _optimizer_state(not_carried: list[str], carry_optimizer_state: bool,
+                     legacy: LegacyCheckpoint) -> str:
+  """The record's optimizer_state: "carried", "fresh" or "partial"."""
+  if not not_carried:
+    return "carried"
+  return "fresh" if not carry_optimizer_state or legacy.slots is None else "partial"
+
+
+def _learning_rate(params: Params) -> str:
+  """The record's learning_rate: where the migrated run's schedule comes from."""
+  carried = " (a function of the carried step)" if params.lr_schedule != "constant" else ""
+  return f"{params.lr_schedule}, from params.json{carried}"
 
 
 def _read_legacy(from_model_dir: str, to_model_dir: str):

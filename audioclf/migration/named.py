@@ -20,6 +20,7 @@ for the Estimator's own probabilities.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,9 +46,6 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
                   carry_optimizer_state: bool = True,
                   legacy_python: Optional[str] = None) -> dict[str, Any]:
   """Writes to_model_dir: the name-based Estimator of from_model_dir as a Keras 3 model.
-
-  The model is built after keras.backend.clear_session(), so that its layers
-  have the names a fresh process gives them, whatever this one built before.
 
   Args:
     from_model_dir: the Estimator's model_dir.
@@ -76,33 +74,7 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
   team_lib.check_folders(from_model_dir, to_model_dir)
   legacy = NameCheckpoint.read(find_checkpoint(from_model_dir))
   mapping = name_mapping.read_name_mapping(mapping) if isinstance(mapping, str) else mapping
-  constructor, differences = None, []
-  # Layer names as a fresh process gives them (dense, dense_1), which --mapping and the table use.
-  keras.backend.clear_session()
-  if model:
-    builder = team_lib.whole_model_builder(model)
-    args, auto, desc = builder.arguments(ModelArgs(model_args)), {}, f"{model}'s model"
-    team = builder.function(**args)
-    if not isinstance(team, keras.Model):
-      raise MigrationError(f"--model={model}: {builder.target} returned "
-                           f"{type(team).__name__}, not a keras.Model")
-  elif estimator:
-    constructor = _constructor(estimator, legacy_python)
-    team, auto, differences = canned.build(constructor, legacy)
-    args, desc = ModelArgs(), f"the Keras 3 {constructor['estimator']}"
-  else:
-    raise MigrationError(f"{legacy.path!r} is a name-based checkpoint (a model_fn's or a canned "
-                         "Estimator's): give --model=<module:builder of its Keras 3 rewrite>, or "
-                         "--estimator=<module:function returning a canned classifier>")
-  pairs = name_mapping.pair(team, legacy, {**auto, **(mapping or {})}, desc,
-                            hint=f"give --mapping=<{name_mapping.MAPPING_HELP}>")
-  for variable, name in pairs.pairs:
-    variable.assign(legacy.variables[name])
-  changes, why = _change_optimizer(team, legacy)
-  state, missing, more = carry_named_optimizer(team, legacy, pairs.pairs, carry_optimizer_state)
-  differences += why + more
-  if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
-    differences.append(BATCH_NORM_NOTE)
+  built = _build(model, model_args, estimator, legacy, legacy_python)
   record = {
       "from_model_dir": os.path.abspath(from_model_dir),
       "checkpoint": os.path.basename(legacy.path),
@@ -111,8 +83,69 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
       # The function --report runs on the legacy stack; none where only its arguments were given.
       "estimator": estimator if isinstance(estimator, str) and ":" in estimator
                    and not estimator.endswith(".json") else None,
-      "constructor": constructor,
-      "model_args": dict(args),
+      "constructor": built.constructor,
+      "model_args": dict(built.args),
+      **_carry(built, legacy, mapping, carry_optimizer_state),
+      "keras_file": os.path.join(to_model_dir, team_lib.KERAS_FILE),
+      "model_dir": None,
+  }
+  team_lib.write(to_model_dir, built.team, record, None, legacy.step)
+  return {**record, "to_model_dir": to_model_dir}
+
+
+@dataclasses.dataclass
+class _Built:
+  """The Keras 3 model a name-based checkpoint goes into, and what its building says."""
+  team: Any  # The keras.Model.
+  args: ModelArgs  # The builder's arguments; none for a canned classifier.
+  auto: dict[str, Optional[str]]  # Pairs the model knows itself (a canned classifier's).
+  desc: str  # The model, in words, for messages.
+  constructor: Optional[dict[str, Any]] = None  # A canned classifier's constructor arguments.
+  differences: list[str] = dataclasses.field(default_factory=list)
+
+
+def _build(model: Optional[str], model_args: Union[ModelArgs, dict, str],
+           estimator: Union[None, str, dict], legacy: NameCheckpoint,
+           legacy_python: Optional[str]) -> _Built:
+  """The team's rewrite (`model`), or the canned classifier `estimator` describes, built afresh.
+
+  Built after keras.backend.clear_session(), so that its layers have the
+  names a fresh process gives them (dense, dense_1), which --mapping and the
+  table use, whatever this one built before.
+  """
+  keras.backend.clear_session()
+  if model:
+    builder = team_lib.whole_model_builder(model)
+    args = builder.arguments(ModelArgs(model_args))
+    team = builder.function(**args)
+    if not isinstance(team, keras.Model):
+      raise MigrationError(f"--model={model}: {builder.target} returned "
+                           f"{type(team).__name__}, not a keras.Model")
+    return _Built(team, args, {}, f"{model}'s model")
+  if estimator:
+    constructor = _constructor(estimator, legacy_python)
+    team, auto, differences = canned.build(constructor, legacy)
+    return _Built(team, ModelArgs(), auto, f"the Keras 3 {constructor['estimator']}",
+                  constructor, differences)
+  raise MigrationError(f"{legacy.path!r} is a name-based checkpoint (a model_fn's or a canned "
+                       "Estimator's): give --model=<module:builder of its Keras 3 rewrite>, or "
+                       "--estimator=<module:function returning a canned classifier>")
+
+
+def _carry(built: _Built, legacy: NameCheckpoint, mapping: Optional[dict[str, Optional[str]]],
+           carry_optimizer_state: bool) -> dict[str, Any]:
+  """The checkpoint's variables, step and slots carried into the model: their part of the record."""
+  team = built.team
+  pairs = name_mapping.pair(team, legacy, {**built.auto, **(mapping or {})}, built.desc,
+                            hint=f"give --mapping=<{name_mapping.MAPPING_HELP}>")
+  for variable, name in pairs.pairs:
+    variable.assign(legacy.variables[name])
+  changes, why = _change_optimizer(team, legacy)
+  state, missing, more = carry_named_optimizer(team, legacy, pairs.pairs, carry_optimizer_state)
+  differences = built.differences + why + more
+  if any(isinstance(layer, keras.layers.BatchNormalization) for layer in team.layers):
+    differences.append(BATCH_NORM_NOTE)
+  return {
       "input": canned.input_record(team),
       "inputs": [{"name": i.name, "shape": list(i.shape[1:])} for i in team.inputs],
       "classes": int(team.outputs[0].shape[-1]),
@@ -124,11 +157,7 @@ def migrate_named(from_model_dir: str, to_model_dir: str, model: Optional[str] =
       "optimizer_state": state,
       "not_carried": pairs.not_carried() + missing,
       "differences": differences,
-      "keras_file": os.path.join(to_model_dir, team_lib.KERAS_FILE),
-      "model_dir": None,
   }
-  team_lib.write(to_model_dir, team, record, None, legacy.step)
-  return {**record, "to_model_dir": to_model_dir}
 
 
 def _change_optimizer(team, legacy: NameCheckpoint) -> tuple[dict[str, Any], list[str]]:

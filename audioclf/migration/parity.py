@@ -126,14 +126,8 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
   else:
     source = probabilities_file
     split = None
-  files, legacy, legacy_labels = predict_lib.load_probabilities(probabilities_file)
-  if legacy_labels != labels:
-    raise MigrationError(f"{probabilities_file!r} is of a model with labels {legacy_labels}, "
-                         f"{to_model_dir!r} has {labels}")
-  unknown = [f for f in files if os.path.realpath(f) not in truth_of]
-  if unknown:
-    raise MigrationError(f"{len(unknown)} clips of {probabilities_file!r} are not in the data "
-                         f"{_data(params)!r}, e.g. {unknown[0]!r}")
+  files, legacy = _legacy_probabilities(probabilities_file, labels, to_model_dir, truth_of,
+                                        params)
   chosen = model_dir_lib.choose_checkpoint(to_model_dir, checkpoint)
   migrated_files, migrated, _ = predict_lib.probabilities(
       to_model_dir, files, params.replace(on_bad_file="fail"), chosen.path)
@@ -147,6 +141,20 @@ def parity_report(from_model_dir: str, to_model_dir: str, params: Optional[Param
       **_agreement(legacy, migrated),
       "legacy_source": source,
   }
+
+
+def _legacy_probabilities(probabilities_file: str, labels: Sequence[str], to_model_dir: str,
+                          truth_of: dict[str, str], params: Params) -> tuple[list[str], np.ndarray]:
+  """(files, probabilities) of a legacy predict file, checked to be of these labels and this data."""
+  files, legacy, legacy_labels = predict_lib.load_probabilities(probabilities_file)
+  if legacy_labels != labels:
+    raise MigrationError(f"{probabilities_file!r} is of a model with labels {legacy_labels}, "
+                         f"{to_model_dir!r} has {labels}")
+  unknown = [f for f in files if os.path.realpath(f) not in truth_of]
+  if unknown:
+    raise MigrationError(f"{len(unknown)} clips of {probabilities_file!r} are not in the data "
+                         f"{_data(params)!r}, e.g. {unknown[0]!r}")
+  return files, legacy
 
 
 def _data(params: Params) -> str:
@@ -250,20 +258,7 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   with open(os.path.join(to_model_dir, team.RECORD_FILE)) as f:
     record = json.load(f)
   model = keras.saving.load_model(os.path.join(to_model_dir, team.KERAS_FILE))
-  labels = truth = None
-  takes = record.get("inputs") or [record["input"]]  # Several: a canned model's columns.
-  if inputs_file:
-    features, split = {t["name"]: legacy_predict.inputs_of(inputs_file, t["name"])
-                       for t in takes}, None
-  elif record["model_dir"]:
-    inputs, labels, truth = _clips(to_model_dir, params, split)
-    features = {takes[0]["name"]: inputs}
-  else:
-    raise MigrationError(_no_inputs(record))
-  for t in takes:
-    if list(features[t["name"]].shape[1:]) != t["shape"]:
-      raise MigrationError(f"the inputs {t['name']!r} are {list(features[t['name']].shape[1:])} "
-                           f"each, the model takes {t['shape']}")
+  features, split, labels, truth = _features(record, to_model_dir, inputs_file, params, split)
   # A one-input model takes the array itself (a dict draws Keras 3's structure warning).
   inputs = next(iter(features.values())) if len(features) == 1 else features
   # A name-based Estimator's next step is compared where the inputs hold a training batch.
@@ -288,6 +283,29 @@ def estimator_report(from_model_dir: str, to_model_dir: str, inputs_file: Option
   if step is not None:
     report.update(_next_step(model, record, step, probabilities_file))
   return report
+
+
+def _features(record: dict[str, Any], to_model_dir: str, inputs_file: Optional[str],
+              params: Optional[Params], split: str):
+  """(features by input name, split, labels, truth) of estimator_report's inputs.
+
+  split, labels and truth are None where the inputs come from inputs_file.
+  """
+  labels = truth = None
+  takes = record.get("inputs") or [record["input"]]  # Several: a canned model's columns.
+  if inputs_file:
+    features, split = {t["name"]: legacy_predict.inputs_of(inputs_file, t["name"])
+                       for t in takes}, None
+  elif record["model_dir"]:
+    inputs, labels, truth = _clips(to_model_dir, params, split)
+    features = {takes[0]["name"]: inputs}
+  else:
+    raise MigrationError(_no_inputs(record))
+  for t in takes:
+    if list(features[t["name"]].shape[1:]) != t["shape"]:
+      raise MigrationError(f"the inputs {t['name']!r} are {list(features[t['name']].shape[1:])} "
+                           f"each, the model takes {t['shape']}")
+  return features, split, labels, truth
 
 
 def _next_step(model, record: dict[str, Any], step, legacy_file: str) -> dict[str, Any]:

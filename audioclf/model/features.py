@@ -95,8 +95,8 @@ def mel_matrix(n_mels: int, bins: int, sample_rate: int, fmin: float, fmax: floa
   """tf.signal.linear_to_mel_weight_matrix's filters, computed once (eagerly) per configuration.
 
   One constant in the graph: built in place, the matrix is 255 ops, which
-  every graph that builds the model (each Estimator train and evaluation,
-  0.05-0.1 s each) had to create, and Grappler to fold again.
+  every graph that builds the model (each Estimator train and evaluation)
+  would create, and Grappler fold again.
   """
   with tf.init_scope():
     matrix = tf.signal.linear_to_mel_weight_matrix(

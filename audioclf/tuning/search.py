@@ -105,8 +105,8 @@ def _collections_skip_what_is_there():
 
   Each trial collects garbage a few times (keras-tuner before each build,
   Keras 3's clear_session, the trial's clean-up in tuners), and a collection
-  walks every object the process tracks: with TensorFlow and Keras imported,
-  0.2 s each, half the CPU of a short trial. Frozen (gc.freeze), those stay
+  walks every object the process tracks, TensorFlow's and Keras' included:
+  much of a short trial's CPU. Frozen (gc.freeze), those stay
   out of it; the trials' own objects are collected as before, and unfrozen
   after the search, the older ones too. A process that froze its objects
   already (a server that forks) keeps its own arrangement.

@@ -36,18 +36,14 @@ def matchboxnet(spectrogram: tf.Tensor, params, *, blocks: int = 3, repeats: int
   Changed: the 1D convolutions run over a [batch, frames, 1, n_mels] tensor
   as 2D ones with (k, 1) kernels: the same weights and numbers as Conv1D's
   over [batch, frames, n_mels], but BatchNormalization then trains through
-  TensorFlow's fused kernel (a training step took 0.5 to 0.8 of the time on
-  2 CPU cores, either stack) and TFLite folds it into the convolution before
-  it (32 ops in all instead of 80 on TF 2.15, 53 on TF 2.21). Conv1 to Conv3
+  TensorFlow's fused kernel, and TFLite folds it into the convolution before
+  it. Conv1 to Conv3
   have 2 * C channels (128 at the paper's C = 64), so `channels` widens the
   whole model; block kernels for B != 3 are spread over 13, 15 and 17
   (B = 6 gives 13, 13, 15, 15, 17, 17); the classes' Conv4 is the Dense head
   build_model adds; no dropout inside the blocks (the published
   configuration trains with 0.0; build_model's --dropout acts before the
   head); BN momentum 0.9 as in audioclf's other bodies.
-
-  Sizes: 3x2x64 on 98 frames of 40 mels, 12 classes, has 87,108 weights and
-  takes 8.2M multiply-adds in its conv and dense layers.
 
   Args:
     spectrogram: log-mel [batch, frames, n_mels, 1], time first.

@@ -1,154 +1,38 @@
-"""Params: every setting of a run, each field's type, default, help and rule written once."""
+"""Params: every setting of a run, each field's type, default, help and rule written once.
+
+  __init__.py    Params, its fields and its one validate()
+  choices.py     the named choices and limits the fields refer to (engines, optimizers, ...)
+  rule.py        Rule: what a field accepts besides its type; reading a value as that type
+  checks.py      the limits that join fields (fmin < fmax, patience needs --keep_best, ...)
+  model_args.py  ModelArgs: --model_args and --optimizer_args, read and spelt as flags
+"""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
-import math
-import numbers
-import operator
-import re
 import typing
-from typing import Any, Iterator, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
-MODES = ("train", "eval", "infer")  # The strings of tf.estimator.ModeKeys.
-SPLITS = ("train", "validation", "test")
-# Name -> the Keras optimizer class (the same name in Keras 2 and 3): the one list of optimizers.
-OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "rmsprop": "RMSprop"}
-# --optimizer's other choice: the one a whole model's builder compiled its model with (a team's
-# model as it trained before, which audioclf.migration carries, with any schedule of its own).
-BUILDERS_OPTIMIZER = "model"
-# The engines; each is the module audioclf.engines.<name>_engine (audioclf.engines.get).
-ENGINES = ("keras", "estimator")
-# Name -> keras-tuner's tuner class: the one list of tuners (audioclf.tuning.tuners).
-TUNERS = {"random": "RandomSearch", "hyperband": "Hyperband", "bayesian": "BayesianOptimization"}
-# A model: a short name registered as an entry point (audioclf.model.registry), or module:function.
-MODEL_NAME = re.compile(r"^(?:[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z_][\w-]*)$")
-# The validation metrics a run can keep its best checkpoint by (and stop early on).
-BEST_METRICS = ("val_accuracy", "val_loss")
-DATA_SERVICE_ADDRESS = re.compile(r"^grpc://[^:/\s]+:\d+$")
-MAX_CLIP_SECONDS = 600
+from audioclf.params.checks import joint_problems
+from audioclf.params.choices import (  # The choices are Params' to name: re-exported.
+  BEST_METRICS,
+  BUILDERS_OPTIMIZER,
+  DATA_SERVICE_ADDRESS,
+  ENGINES,
+  MAX_CLIP_SECONDS,
+  MODEL_NAME,
+  MODES,
+  OPTIMIZERS,
+  SPLITS,
+  TUNERS,
+)
+from audioclf.params.model_args import ModelArgs, flag_value, parse_model_args
+from audioclf.params.rule import Rule, as_tuple, range_fields
 
 
 class ParamError(ValueError):
   """A parameter value that cannot work; the message starts with its flag, `--name=value`."""
-
-
-class ModelArgs(dict):
-  """A model's own hyperparameters (--model_args), or an optimizer's: a frozen, hashable dict.
-
-  Given as a dict, JSON (`{"blocks": 3}`) or name=value pairs
-  (`blocks=3,width=48`), each value read as JSON where it is JSON (3, 0.5,
-  true, "relu", [1, 2]) and as a string otherwise. Lists become tuples, so
-  the whole stays hashable. Which names a model takes, and of what types, its
-  own signature says: audioclf.model.registry checks them.
-  """
-
-  def __init__(self, value: Union[str, Mapping[str, Any], Any] = ()):
-    if isinstance(value, str):
-      value = _parse_model_args(value)
-    super().__init__({str(k): _frozen(v) for k, v in dict(value).items()})
-
-  def __hash__(self):
-    return hash(tuple(sorted(self.items())))
-
-  def _frozen_error(self, *args, **kwargs):
-    raise TypeError("ModelArgs are frozen: make new ones (params.replace(model_args=...))")
-
-  __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen_error
-
-  def __repr__(self):
-    return f"ModelArgs({dict(self)!r})"
-
-  def flag(self) -> str:
-    """As --model_args spells them: name=value pairs, or JSON where a value would not read back."""
-    pairs = [f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in self.items()]
-    if all("," not in p and p.count("=") == 1 and _parse_value(p.split("=", 1)[1]) == v
-           for p, v in zip(pairs, self.values())):
-      return ",".join(pairs)
-    return json.dumps(dict(self), sort_keys=True)
-
-
-def _frozen(value: Any) -> Any:
-  return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def _parse_value(text: str) -> Any:
-  try:
-    return _frozen(json.loads(text))
-  except ValueError:
-    try:  # Python's spelling too: True, False, None, (1, 2).
-      return _frozen(ast.literal_eval(text))
-    except (ValueError, SyntaxError):
-      return text
-
-
-def _parse_model_args(text: str) -> Any:
-  """--model_args' text as a dict; the text itself where it is neither JSON nor name=value pairs."""
-  text = text.strip()
-  if not text:
-    return {}
-  if text.startswith("{"):
-    try:
-      value = json.loads(text)
-    except ValueError:
-      return text
-    return value if isinstance(value, dict) else text
-  pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
-  if any(len(pair) != 2 or not pair[0].strip().isidentifier() for pair in pairs):
-    return text
-  return {k.strip(): _parse_value(v.strip()) for k, v in pairs}
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-  """What a field accepts besides its type: bounds (inclusive ge/le, exclusive gt/lt) or choices."""
-
-  ge: Optional[float] = None
-  gt: Optional[float] = None
-  le: Optional[float] = None
-  lt: Optional[float] = None
-  choices: tuple[str, ...] = ()
-  size: Optional[int] = None  # A list field: how many values it holds.
-  why: str = ""  # Said after the range, where the limit is not obvious.
-
-  def describe(self) -> str:
-    """The allowed values in words, e.g. "> 0 and <= 600" or "one of fail, skip"."""
-    if self.choices:
-      return "one of " + ", ".join(self.choices)
-    parts = [f"{op} {bound}" for op, bound in ((">=", self.ge), (">", self.gt), ("<=", self.le),
-                                                 ("<", self.lt)) if bound is not None]
-    return " and ".join(parts)
-
-  def problem(self, value: Any, kind: tuple[type, bool], item: Optional[type] = None,
-              ) -> Optional[str]:
-    """Why `value` is not allowed ("must be ..."), or None where it is.
-
-    A list field (`kind` (tuple, ...)) has each of its values checked as one
-    of type `item`.
-    """
-    base, optional = kind
-    if value is None:
-      return None if optional else f"must be set ({_TYPE_NAMES[base]})"
-    if base is tuple:
-      if not isinstance(value, tuple):
-        return f"must be a comma-separated list, not {type(value).__name__}"
-      if self.size is not None and len(value) != self.size:
-        return f"must be {self.size} values" + (f" ({self.why})" if self.why else "")
-      return next((p for p in (self.problem(v, (item, False)) for v in value) if p), None)
-    if not _is_a(value, base):
-      return f"must be {_TYPE_NAMES[base]}, not {type(value).__name__}"
-    if self.choices and value not in self.choices:
-      return f"must be {self.describe()}"
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-      if not math.isfinite(value):
-        return "must be a finite number"
-      if not all(bound is None or holds(value, bound) for bound, holds in (
-          (self.ge, operator.ge), (self.gt, operator.gt), (self.le, operator.le),
-          (self.lt, operator.lt))):
-        return f"must be {self.describe()}" + (f" ({self.why})" if self.why else "")
-    return None
 
 
 _SEED = Rule(ge=0, le=2**32 - 1, why="numpy's seed range")
@@ -375,11 +259,11 @@ class Params:
   def __post_init__(self):
     # Flags, JSON and callers give lists as lists, comma strings or (a range) one number.
     for name, item in _ITEMS.items():
-      object.__setattr__(self, name, _as_tuple(getattr(self, name), item, name in _RANGES))
+      object.__setattr__(self, name, as_tuple(getattr(self, name), item, name in _RANGES))
     for name in ("model_args", "optimizer_args"):
       args = getattr(self, name)
       if isinstance(args, str):
-        args = _parse_model_args(args)
+        args = parse_model_args(args)
       if isinstance(args, Mapping):  # Else left as given, for validate to refuse.
         object.__setattr__(self, name, ModelArgs(args))
 
@@ -410,7 +294,7 @@ class Params:
       problem = field.metadata["rule"].problem(value, _TYPES[field.name], _ITEMS.get(field.name))
       if problem:
         raise ParamError(f"--{field.name}={flag_value(value)}: {problem}")
-    problem = next(_joint_problems(self), None)
+    problem = next(joint_problems(self), None)
     if problem:
       raise ParamError(problem)
     return self
@@ -441,21 +325,6 @@ class Params:
       return cls.from_dict(json.load(f))
 
 
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               tuple: "a comma-separated list",
-               ModelArgs: "name=value pairs (a=1,b=2) or a JSON object"}
-
-
-def _is_a(value: Any, base: type) -> bool:
-  if base is bool:
-    return isinstance(value, bool)
-  if base is int:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-  if base is float:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-  return isinstance(value, base)
-
-
 def field_types() -> dict[str, tuple[type, bool]]:
   """Each field's base type and whether it may be None: (int, True) for Optional[int]."""
   types = {}
@@ -476,121 +345,7 @@ def item_types() -> dict[str, type]:
 
 _TYPES = field_types()
 _ITEMS = item_types()
-# The min,max fields (their rule's size is 2): a single value v means v,v.
-_RANGES = frozenset(f.name for f in dataclasses.fields(Params) if f.metadata["rule"].size == 2)
-
-
-def _as_tuple(value: Any, item: type, is_range: bool) -> Any:
-  """`value` as a tuple of `item`s where it reads as one; else as it was, for validate to refuse."""
-  if isinstance(value, str):
-    value = [v.strip() for v in value.split(",") if v.strip()]
-  elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-    value = [value]
-  if not isinstance(value, (list, tuple)):
-    return value
-  if item is float:
-    def number(v):
-      try:
-        return float(v) if isinstance(v, (str, numbers.Real)) and not isinstance(v, bool) else v
-      except ValueError:
-        return v
-    value = [number(v) for v in value]
-  if is_range and len(value) == 1:
-    value = value * 2
-  return tuple(value)
-
-
-def flag_value(value: Any) -> str:
-  """`value` as a flag spells it: lists comma-separated."""
-  if isinstance(value, ModelArgs):
-    return value.flag()
-  if isinstance(value, tuple):
-    return ",".join(str(v) for v in value)
-  return str(value)
-
-
-def _joint_problems(p: Params) -> Iterator[str]:
-  """The limits that join fields, each message led by the flag to change."""
-  for problems in (_model_problems, _range_problems, _label_problems, _feature_problems,
-                   _training_problems, _input_problems):
-    yield from problems(p)
-
-
-def _model_problems(p: Params) -> Iterator[str]:
-  """The model's name, and how the optimizer flags go with a builder's own optimizer."""
-  if not MODEL_NAME.match(p.model):
-    yield (f"--model={p.model}: must be a registered model's name (cnn, ds_cnn, ...) or "
-           "module:function")
-  if p.optimizer == BUILDERS_OPTIMIZER and p.lr_schedule != "constant":
-    yield (f"--lr_schedule={p.lr_schedule}: --optimizer=model keeps the builder's own learning "
-           "rate (and schedule); leave --lr_schedule constant")
-  if "learning_rate" in p.optimizer_args and p.optimizer != BUILDERS_OPTIMIZER:
-    yield (f"--optimizer_args={p.optimizer_args.flag()}: give the learning rate as "
-           "--learning_rate (optimizer_args may set it only with --optimizer=model)")
-
-
-def _range_problems(p: Params) -> Iterator[str]:
-  """The min,max fields: min <= max."""
-  for name in sorted(_RANGES):
-    low, high = getattr(p, name)
-    if low > high:
-      yield f"--{name}={flag_value(getattr(p, name))}: must be min,max with min <= max"
-
-
-def _label_problems(p: Params) -> Iterator[str]:
-  """The wanted words, the unknown ones, and the splits that leave files to train on."""
-  words = flag_value(p.wanted_words)
-  if len(set(p.wanted_words)) != len(p.wanted_words):
-    yield f"--wanted_words={words}: must not repeat a word"
-  for word in p.wanted_words:
-    if word.startswith("_") or "/" in word:
-      yield (f"--wanted_words={words}: {word!r} cannot be a wanted word (names starting with _ "
-             "are _unknown_, _silence_ and folders that hold no label)")
-  if p.unknown_percent and not p.wanted_words:
-    yield (f"--unknown_percent={p.unknown_percent}: needs --wanted_words (the labels outside "
-           "them are the unknown ones)")
-  if p.validation_percent + p.testing_percent >= 100:
-    yield (f"--validation_percent={p.validation_percent} + --testing_percent={p.testing_percent}: "
-           "must be < 100, or no file is left to train on")
-
-
-def _feature_problems(p: Params) -> Iterator[str]:
-  """The log-mel's frequencies and frames against the sample rate and the clip."""
-  nyquist = p.sample_rate / 2
-  if p.fmax > nyquist:
-    yield (f"--fmax={p.fmax}: must be <= sample_rate/2 = {nyquist:g} Hz, the highest frequency "
-           f"--sample_rate={p.sample_rate} holds")
-  if p.fmin >= p.fmax:
-    yield f"--fmin={p.fmin}: must be < --fmax={p.fmax}"
-  sample_ms = 1000.0 / p.sample_rate
-  for name in ("frame_ms", "stride_ms"):
-    if int(round(p.sample_rate * getattr(p, name) / 1000.0)) < 1:  # As LogMelSpectrogram rounds.
-      yield (f"--{name}={getattr(p, name)}: must be at least one sample, {sample_ms:g} ms "
-             f"at --sample_rate={p.sample_rate}")
-  if p.frame_ms > p.clip_seconds * 1000.0:
-    yield f"--frame_ms={p.frame_ms}: must fit in a clip, --clip_seconds={p.clip_seconds}"
-
-
-def _training_problems(p: Params) -> Iterator[str]:
-  """A tuner trial's steps, and what early stopping needs."""
-  if p.trial_steps < p.trial_epochs:
-    yield (f"--trial_steps={p.trial_steps}: must be >= --trial_epochs={p.trial_epochs}, "
-           "as each of a trial's epochs is trial_steps/trial_epochs steps")
-  if p.early_stopping_patience and p.keep_best == "none":
-    yield (f"--early_stopping_patience={p.early_stopping_patience}: needs --keep_best="
-           f"{' or '.join(BEST_METRICS)}, the metric it watches")
-  if p.early_stopping_patience and not p.eval_every_steps:
-    yield (f"--early_stopping_patience={p.early_stopping_patience}: needs --eval_every_steps > 0 "
-           "(with 0 the run evaluates once, at its end)")
-
-
-def _input_problems(p: Params) -> Iterator[str]:
-  """Where batches come from (a tf.data service) and go to (a device)."""
-  if p.data_service is not None and not DATA_SERVICE_ADDRESS.match(p.data_service):
-    yield f"--data_service={p.data_service}: must be grpc://host:port, a dispatcher's address"
-  if p.prefetch_device not in ("auto", "none", "") and not p.prefetch_device.startswith("/"):
-    yield (f"--prefetch_device={p.prefetch_device}: must be auto, none or a device name such as "
-           "/gpu:0")
+_RANGES = range_fields(Params)
 
 
 def to_flagfile(params: Params, path: str, header: Optional[str] = None) -> None:
