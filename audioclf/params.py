@@ -308,6 +308,12 @@ class Params:
       ModelArgs(), "The model's own hyperparameters, checked against its signature: "
       "name=value pairs (width=32,blocks=3) or JSON.")
   dropout: float = _field(0.2, "Dropout rate before the classifier.", Rule(ge=0, lt=1))
+  embedding_views: int = _field(
+      0, "Keras engine, a model whose front end is frozen (--model=speech_embedding, "
+      "trainable=frozen): embed each training clip once in this many views (the centre "
+      "window, then views with the training augmentations drawn from --seed), cache them "
+      "beside the clip split, and train the head on them. 0 trains from audio.",
+      Rule(ge=0, le=64, why="each view is a cached embedding of every clip"))
 
   # --- Training.
   engine: str = _field(
