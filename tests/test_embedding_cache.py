@@ -54,7 +54,7 @@ def built(run):
 def test_same_inputs_read_the_table_and_every_input_keys_anew(run, built, monkeypatch):
   params, manifest = run
   model, boundary, cold = built
-  assert cold.embedded and cold.values.shape == (len(cold.labels), VIEWS, 16, 96)
+  assert cold.embedded and cold.values.shape == (len(cold.labels), VIEWS, 16, 1, 96)
   warm_ = table_lib.load_or_embed(params, boundary, manifest)
   assert not warm_.embedded and warm_.base == cold.base
   np.testing.assert_array_equal(warm_.values, cold.values)
@@ -75,11 +75,14 @@ def test_same_inputs_read_the_table_and_every_input_keys_anew(run, built, monkey
   assert len(others) == 8 and key not in others
 
 
-def test_a_trained_front_end_has_no_table(run):
+def test_the_cut_is_where_the_trained_blocks_begin(run):
   params, manifest = run
-  found = boundary_lib.find(_model(params, manifest, trainable="last1"))
-  assert isinstance(found, str) and "trainable=frozen" in found
-  assert "no frozen pretrained front end" in boundary_lib.find(
+  source = table_lib.source_of(params, manifest)
+  frozen = boundary_lib.find(_model(params, manifest))
+  last1 = boundary_lib.find(_model(params, manifest, trainable="last1"))
+  assert frozen.shape == (16, 1, 96) and len(last1.shape) == 3 and last1.shape != frozen.shape
+  assert table_lib.key(params, last1, source) != table_lib.key(params, frozen, source)
+  assert "no pretrained front end" in boundary_lib.find(
       models.build_model(params.replace(model="cnn", model_args={}, clip_seconds=0.5), 3))
 
 
@@ -135,27 +138,29 @@ def test_cold_and_warm_tables_give_the_same_batches_and_draw_every_view(run, bui
   # A resumed run at batch 5 gets batch 5 on.
   np.testing.assert_array_equal(take(warm_, 5)[0][0], cold_batches[5][0])
   flat = cold.values.reshape(-1, *cold.values.shape[2:])
-  drawn = {int(np.flatnonzero((flat == e).all(axis=(1, 2)))[0]) % VIEWS
+  drawn = {int(np.flatnonzero((flat == e).all(axis=(1, 2, 3)))[0]) % VIEWS
            for x, _ in cold_batches for e in x}
   assert drawn == set(range(VIEWS))
 
 
-def test_a_head_view_step_trains_the_full_model_and_its_checkpoint(run, tmp_path):
+@pytest.mark.parametrize("trainable", ["frozen", "last2"])
+def test_a_head_view_step_trains_the_full_model_and_its_checkpoint(run, tmp_path, trainable):
   params, manifest = run
-  model = _model(params, manifest)
+  model = _model(params, manifest, trainable=trainable)
   boundary = boundary_lib.find(model)
   head = boundary.head_view()
-  assert [id(v) for v in head.trainable_variables] == [id(v) for v in model.trainable_variables]
+  assert ({id(v) for v in head.trainable_variables} == {id(v) for v in model.trainable_variables}
+          and len(head.trainable_variables) == len(model.trainable_variables))
   waves = np.random.default_rng(0).uniform(-0.3, 0.3, (4, params.clip_samples)).astype("float32")
   before = model.predict_on_batch(models.inputs(waves))
-  embedded = boundary.front_end().predict_on_batch(models.inputs(waves))
-  np.testing.assert_allclose(head.predict_on_batch(embedded), before, atol=1e-6)
+  embedded = boundary.front_end.predict_on_batch(models.inputs(waves))
+  np.testing.assert_allclose(head.predict_on_batch(embedded), before, atol=1e-5)
   head.compile(optimizer=model.optimizer, loss="sparse_categorical_crossentropy")
   head.train_on_batch(embedded, np.array([0, 1, 2, 0]))
   after = model.predict_on_batch(models.inputs(waves))
   assert np.abs(after - before).max() > 1e-4
   saved = tf.train.Checkpoint(model).save(str(tmp_path / "ckpt"))
-  restored = _model(params, manifest)
+  restored = _model(params, manifest, trainable=trainable)
   tf.train.Checkpoint(restored).restore(saved).assert_existing_objects_matched()
   np.testing.assert_allclose(restored.predict_on_batch(models.inputs(waves)), after, atol=1e-6)
 
@@ -193,13 +198,14 @@ def _audioclf(*args):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["keras", pytest.param("estimator",
-                                                          marks=pytest.mark.legacy_only)])
-def test_train_and_evaluate_through_the_command_line(tmp_path, engine):
+@pytest.mark.parametrize("engine, trainable", [
+    ("keras", "frozen"), ("keras", "last1"),
+    pytest.param("estimator", "frozen", marks=pytest.mark.legacy_only)])
+def test_train_and_evaluate_through_the_command_line(tmp_path, engine, trainable):
   data = write_tone_dataset(tmp_path / "data", per_label=6, seconds=1.0)
   flags = [f"--data_dir={data}", f"--cache_dir={tmp_path / 'cache'}", "--batch_size=4",
            "--validation_percent=25", "--testing_percent=25", "--model=speech_embedding",
-           "--model_args=trainable=frozen,head=conv,width=8", f"--embedding_views={VIEWS}",
+           f"--model_args=trainable={trainable},head=conv,width=8", f"--embedding_views={VIEWS}",
            "--gain_db=-6,6", "--train_steps=8", "--eval_every_steps=4", "--keep_best=val_accuracy",
            f"--engine={engine}", f"--model_dir={tmp_path / 'model'}"]
   out, err = _audioclf("train", *flags)

@@ -141,7 +141,7 @@ def _embed(params: Params, boundary: boundary_lib.Boundary, manifest: manifest_l
                           else None,
                           rirs=rir.load(params, manifest.rirs) if reverberates else None,
                           silence_label=source.silence_label, num_classes=len(manifest.labels))
-  front_end = boundary.front_end()
+  front_end = boundary.front_end
   logging.info("audioclf: embedding %d clips x %d views through the frozen front end into %s",
                shape[0], shape[1], base)
   start = time.perf_counter()
