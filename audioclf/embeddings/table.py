@@ -90,6 +90,7 @@ def key(params: Params, boundary: boundary_lib.Boundary, source: Source) -> str:
   """The key of the table of `params`' views through `boundary`'s front end, of `source`."""
   return keys_lib.digest(
       KIND, VERSION, "clips", os.path.basename(source.clips.base), *boundary.key_parts(),
+      "shape", *boundary.shape,
       "views", params.embedding_views, "seed", params.seed, "chunk", views_lib.CHUNK,
       "labels", keys_lib.digest(*source.labels.tolist()), "silence", source.silence_label,
       *(f"{name}={getattr(params, name)}" for name in VIEW_FIELDS),
