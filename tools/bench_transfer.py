@@ -221,7 +221,7 @@ def page() -> str:
 def speed(load_before: str) -> None:
   """The speed rows; with --measured, their section of the page (the rest kept as it is)."""
   steps = FLAGS.train_steps or 100
-  results = transfer_speed.run(FLAGS.runs_dir, FLAGS.cache_dir, steps, FLAGS.seed, _log)
+  results = transfer_speed.run(FLAGS.runs_dir, steps, FLAGS.seed, _log)
   text = transfer_speed.section(results, steps, measured.command(), load_before)
   print(text)
   if FLAGS.measured:
