@@ -49,8 +49,8 @@ class HeadFit:
 class _Validation(keras.callbacks.Callback):
   """Each epoch's validation, by the full model on raw audio, into the logs fit records.
 
-  Before every callback that reads them (keep best, early stopping); fit's
-  History, last, records them.
+  First of the callbacks (keras_loop.fit's first_callbacks): TensorBoard,
+  keep best and early stopping read them after it, fit's History last.
   """
 
   def __init__(self, evaluate: Callable[[], dict]):

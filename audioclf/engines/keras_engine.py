@@ -343,11 +343,11 @@ def _fit(model, params: Params, manifest: Manifest, strategy, chief: bool, manag
   # Epochs count from the global step, so TensorBoard's epoch summaries of a
   # resumed run carry on where the last one stopped.
   initial_epoch = step // every
-  callbacks = [_KeepBest(best, manager)] if best else []
+  first = []
   head = embed_fit.plan(params, model, manifest, distributed=_distributes_input(strategy))
   if head is not None:
-    # The head alone, on cached embeddings; the full model evaluates, before keep best reads it.
-    callbacks = [head.validation(functools.partial(_evaluate, model, validation))] + callbacks
+    # The head alone, on cached embeddings; the full model evaluates, before anything reads it.
+    first = [head.validation(functools.partial(_evaluate, model, validation))]
     validation = {"x": None, "steps": None}
   return keras_loop.fit(
       model if head is None else head.head,
@@ -369,4 +369,5 @@ def _fit(model, params: Params, manifest: Manifest, strategy, chief: bool, manag
       tensorboard_update_freq=params.log_every_steps or "epoch",
       validation_data=validation["x"],
       validation_steps=validation["steps"],
-      callbacks=callbacks)
+      callbacks=[_KeepBest(best, manager)] if best else [],
+      first_callbacks=first)
