@@ -23,9 +23,9 @@ from audioclf.model import losses
 from audioclf.params import ParamError, Params
 
 # What the Estimator engine says: it trains from audio.
-ESTIMATOR = ("the Estimator engine trains from audio (model_to_estimator clones the model into a "
-             "graph of its own, whose head no view of the Keras model's can train): use "
-             "--engine=keras for the embedding cache")
+ESTIMATOR = ("the Estimator engine trains from audio (model_to_estimator rebuilds the whole "
+             "model in a graph of its own: its head alone would take a model_fn of audioclf's "
+             "own); --engine=keras trains from the embedding cache")
 
 
 @dataclasses.dataclass(frozen=True)
