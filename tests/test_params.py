@@ -84,6 +84,7 @@ REJECTED = [
     ("model_args", "[1, 2]", "must be name=value pairs"),
     ("dropout", 1.5, "must be >= 0 and < 1"),
     ("dropout", 1.0, "must be >= 0 and < 1"),
+    ("embedding_views", 65, r"must be >= 0 and <= 64 \(each view is a cached embedding of every clip\)"),
     ("engine", "jax", "must be one of keras, estimator"),
     ("model_dir", 0, "must be a string"),
     ("train_steps", -5, "must be >= 1"),

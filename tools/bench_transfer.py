@@ -3,6 +3,7 @@
   python tools/bench_transfer.py --measured      # every row (under an hour on 2 cores)
   python tools/bench_transfer.py --rows=frozen --train_steps=100   # a quick look
   python tools/bench_transfer.py --plan          # each row's flags, nothing trained
+  python tools/bench_transfer.py --speed --measured   # the training speed rows alone (minutes)
 
 Rows, each trained with the Keras engine on this interpreter's stack:
 
@@ -21,7 +22,9 @@ enrolment voices whose clips the few-shot rows may train on; every row is measur
 half alone (the held-out columns), and on the test split of the synthesized words (known
 voices), by speaker for the weakest one. Training seconds are `audioclf train`'s wall time on
 this machine as loaded. --measured writes docs/measured/bench_transfer.md (tools/measured.py).
-Run from the repository root; progress goes to stderr, one JSON line ends stdout.
+Run from the repository root; progress goes to stderr, one JSON line ends stdout. --speed runs
+only the speed rows (tools/transfer_speed.py: steps/s from cached embeddings, from audio, from
+scratch), which --measured writes into their own section of the page, leaving the rest as it was.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from absl import app, flags
 
 import bench_augment
 import measured
+import transfer_speed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
@@ -61,6 +65,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("seed", 0, "--seed and --shuffle_seed of every run.")
   flags.DEFINE_bool("measured", False, "Write the table to docs/measured/bench_transfer.md.")
   flags.DEFINE_bool("plan", False, "Print each row's training flags as JSON and train nothing.")
+  flags.DEFINE_bool("speed", False, "Run only the training speed rows (tools/transfer_speed.py), "
+                    "100 steps each unless --train_steps says otherwise.")
 
 
 def held_out_clips() -> dict[str, list[tuple[str, str]]]:
@@ -185,6 +191,9 @@ def main(argv) -> None:
   del argv
   os.chdir(ROOT)  # The presets name their data from the repository root.
   load_before = measured.load()
+  if FLAGS.speed:
+    speed(load_before)
+    return
   enrolment, evaluation = enrolment_split(held_out_clips())
   rows = plan(enrolment, evaluation)
   if FLAGS.plan:
@@ -199,9 +208,32 @@ def main(argv) -> None:
     print("wrote", measured.write(
         "bench_transfer", "A pretrained speech front end on voices never heard "
         "(tools/bench_transfer.py)", measured.command(), f"\n{text}\n"
-        f"{notes(results, enrolment, evaluation)}", record, load_before=load_before),
+        f"{notes(results, enrolment, evaluation)}\n{transfer_speed.kept(page())}", record,
+        load_before=load_before),
         file=sys.stderr)
   print(json.dumps(record))
+
+
+def page() -> str:
+  return os.path.join(measured.directory(), "bench_transfer.md")
+
+
+def speed(load_before: str) -> None:
+  """The speed rows; with --measured, their section of the page (the rest kept as it is)."""
+  steps = FLAGS.train_steps or 100
+  results = transfer_speed.run(FLAGS.runs_dir, steps, FLAGS.seed, _log)
+  text = transfer_speed.section(results, steps, measured.command(), load_before)
+  print(text)
+  if FLAGS.measured:
+    try:
+      with open(page()) as f:
+        old = f.read()
+    except FileNotFoundError:
+      old = "# A pretrained speech front end on voices never heard (tools/bench_transfer.py)\n"
+    with open(page(), "w") as f:
+      f.write(transfer_speed.spliced(old, text))
+    print("wrote", page(), file=sys.stderr)
+  print(json.dumps({"bench": "bench_transfer", "speed": results, "seed": FLAGS.seed}))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ LAYERS = (
     ("audioclf.compat",),
     ("audioclf.data", "audioclf.synthesis"),
     ("audioclf.model",),
+    ("audioclf.embeddings",),
     ("audioclf.distributed",),
     ("audioclf.engines",),
     ("audioclf.deploy",),

@@ -20,8 +20,9 @@ from audioclf.data.store import Store
 
 
 def info(store: Store) -> dict:
-  """Size and completeness of one decode folder."""
+  """Size and completeness of one decode folder, and the splits derived from its clip splits."""
   counts = collections.Counter()
+  derived = []
   for dirpath, _, names in os.walk(store.root):
     for name in names:
       kind = "entries" if dirpath.startswith(store.entries_dir) else "splits"
@@ -33,8 +34,34 @@ def info(store: Store) -> dict:
         counts["entries"] += 1
       if name.endswith(MARKER):
         counts["complete_splits"] += 1
+        about = _derived(os.path.join(dirpath, name[:-len(MARKER)]))
+        if about:
+          derived.append(about)
   return {"root": store.root, **{k: counts[k] for k in
-                                 ("entries", "entries_bytes", "complete_splits", "splits_bytes")}}
+                                 ("entries", "entries_bytes", "complete_splits", "splits_bytes")},
+          "derived_splits": sorted(derived, key=lambda d: d["split"])}
+
+
+def _marker(base: str) -> Optional[dict]:
+  """A split's marker as JSON, or None where it cannot be read (its check says why)."""
+  try:
+    with open(marker_path(base), "rb") as f:
+      marker = json.loads(f.read())
+  except (OSError, ValueError):
+    return None
+  return marker if isinstance(marker, dict) else None
+
+
+def _derived(base: str) -> Optional[dict]:
+  """What a split made from another says of itself (its marker's "kind" and "source"), or None."""
+  marker = _marker(base) or {}
+  if "source" not in marker:
+    return None
+  data = cache_format.data_path(base)
+  return {"split": os.path.basename(base), "kind": marker.get("kind"),
+          "source": marker["source"], "rows": marker.get("count"),
+          "bytes": os.path.getsize(data) if os.path.exists(data) else 0,
+          **marker.get("about", {})}
 
 
 def verify(cache_dir: Optional[str]) -> dict:
@@ -160,19 +187,30 @@ class _Pruner:
     self.report = collections.Counter()
 
   def splits(self, splits_dir: str) -> None:
-    """Each split whose marker is unused goes, marker first; files with no marker go when unused."""
+    """Each split whose marker is unused goes, marker first; files with no marker go when unused.
+
+    A split derived from another (its marker names a "source") goes with it:
+    when the source's marker is gone, or goes now, so does the derived split.
+    """
     files = collections.defaultdict(list)  # Split key -> its files.
     for f in (os.scandir(splits_dir) if os.path.isdir(splits_dir) else ()):
       files[f.name.split(".")[0]].append(f.path)
-    for key, paths in files.items():
+    sources = {key: (_marker(os.path.join(splits_dir, key)) or {}).get("source")
+               for key, paths in files.items()
+               if marker_path(os.path.join(splits_dir, key)) in paths}
+    kept = set()
+    for key in sorted(files, key=lambda k: sources.get(k) is not None):  # Sources first.
       marker = marker_path(os.path.join(splits_dir, key))
+      paths, orphan = files[key], False
       if marker in paths:
-        if not self._unused(marker):
+        orphan = sources.get(key) is not None and sources[key] not in kept
+        if not orphan and not self._unused(marker):
+          kept.add(key)
           self.report["kept_splits"] += 1
           continue
         paths = [marker] + sorted(set(paths) - {marker})
       for path in paths:
-        if path == marker or self._unused(path):
+        if path == marker or orphan or self._unused(path):
           self._remove(path)
 
   def entries(self, entries_dir: str) -> None:

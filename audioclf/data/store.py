@@ -133,7 +133,7 @@ class Store:
       raise CacheWriteError.of(e, self.cache_dir) from e
 
   def write_split(self, base: str, fingerprints: Sequence[str],
-                  source: Callable[[int, str], np.ndarray]) -> Split:
+                  source: Callable[[int, str], np.ndarray], marker: Optional[dict] = None) -> Split:
     """Writes a split's data, index, keys and marker (last), and drops its entries.
 
     Args:
@@ -142,6 +142,8 @@ class Store:
       source: (row, dtype) -> that clip's samples in dtype (PCM16 or FLOAT32);
         raises NotNative when asked for int16 of a file that is not a
         canonical PCM16 WAV. A zero-length clip is a file skipped as bad.
+      marker: more fields for the marker, as a split derived from another
+        says what it is ("kind") and what it was made from ("source").
 
     Returns:
       The written split, opened.
@@ -150,12 +152,12 @@ class Store:
       CacheWriteError: a write failed (full disk, ...): nothing of it is left behind.
     """
     try:
-      return self._write_split(base, fingerprints, source)
+      return self._write_split(base, fingerprints, source, marker or {})
     except OSError as e:
       raise CacheWriteError.of(e, self.cache_dir) from e
 
   def _write_split(self, base: str, fingerprints: Sequence[str],
-                   source: Callable[[int, str], np.ndarray]) -> Split:
+                   source: Callable[[int, str], np.ndarray], extra: dict) -> Split:
     # A split of canonical PCM16 WAVs (Speech Commands is one) keeps its int16
     # words: half the bytes of float32, exact. The first other file found
     # switches the split to float32.
@@ -173,7 +175,7 @@ class Store:
       marker = {"schema": SCHEMA, "format": FORMAT, "count": len(fingerprints),
                 "samples": samples, "dtype": dtype,
                 "skipped": [int(r) for r in np.flatnonzero(index[:, 1] == SKIPPED_LENGTH)],
-                "written": time.time()}
+                "written": time.time(), **extra}
       # The marker goes last: until it exists, no reader trusts the files above.
       files.atomic_write(marker_path(base), json.dumps(marker).encode("utf-8"))
     except BaseException:

@@ -16,6 +16,7 @@ from audioclf.data import service as dataservice
 from audioclf.data.manifest import Manifest
 from audioclf.data.pipeline import fill_cache, input_fn
 from audioclf.distributed import cluster as cluster_lib
+from audioclf.embeddings import fit as embed_fit
 from audioclf.engines.clock import EstimatorClockHook, StepClock, training_clock
 from audioclf.engines.common import (
   Result,
@@ -182,6 +183,9 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
     _serve(task)
     return None
   _check_cluster(params, task)
+  if params.embedding_views:
+    logging.warning("audioclf: --embedding_views=%d: training from audio, as %s",
+                    params.embedding_views, embed_fit.ESTIMATOR)
   return _Run(params, manifest, task).train()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -18,6 +19,7 @@ from audioclf.compat import keras
 from audioclf.data.manifest import DataError, Manifest
 from audioclf.data.pipeline import cached_clips, element_spec, fill_cache, input_fn
 from audioclf.distributed import cluster as cluster_lib
+from audioclf.embeddings import fit as embed_fit
 from audioclf.engines import keras_loop
 from audioclf.engines.clock import training_clock
 from audioclf.engines.common import (
@@ -327,9 +329,16 @@ def _fit(model, params: Params, manifest: Manifest, strategy, chief: bool, manag
   # Epochs count from the global step, so TensorBoard's epoch summaries of a
   # resumed run carry on where the last one stopped.
   initial_epoch = step // every
+  first = []
+  head = embed_fit.plan(params, model, manifest, distributed=_distributes_input(strategy))
+  if head is not None:
+    # The head alone, on cached embeddings; the full model evaluates, before anything reads it.
+    first = [head.validation(functools.partial(_evaluate, model, validation))]
+    validation = {"x": None, "steps": None}
   return keras_loop.fit(
-      model,
+      model if head is None else head.head,
       # A resumed run continues the shuffle sequence instead of replaying its start.
+      meter.attach(head.dataset(step)) if head is not None else
       _input(strategy, params, lambda p, shard: metered_train_input(
           p, manifest, meter, seed_offset=step, shard=shard)),
       steps_per_epoch=every,
@@ -346,4 +355,5 @@ def _fit(model, params: Params, manifest: Manifest, strategy, chief: bool, manag
       tensorboard_update_freq=params.log_every_steps or "epoch",
       validation_data=validation["x"],
       validation_steps=validation["steps"],
-      callbacks=[_KeepBest(best, manager)] if best else [])
+      callbacks=[_KeepBest(best, manager)] if best else [],
+      first_callbacks=first)

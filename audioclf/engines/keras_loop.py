@@ -61,7 +61,9 @@ def fit(model: keras.Model, dataset, *, steps_per_epoch: int, epochs: int = 1,
         stall_log_every: int = 50, tensorboard_dir: Optional[str] = None,
         tensorboard_update_freq="epoch", validation_data=None,
         validation_steps: Optional[int] = None,
-        callbacks: Sequence[keras.callbacks.Callback] = (), verbose=0) -> keras.callbacks.History:
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+        first_callbacks: Sequence[keras.callbacks.Callback] = (),
+        verbose=0) -> keras.callbacks.History:
   """Trains `model` (compiled) on `dataset` with model.fit, the way every audioclf run does.
 
   Args:
@@ -81,11 +83,13 @@ def fit(model: keras.Model, dataset, *, steps_per_epoch: int, epochs: int = 1,
       summaries stepped by the global step on resume (compat.TensorBoard).
     validation_data, validation_steps, verbose: as model.fit's.
     callbacks: more callbacks (keras-tuner's, a benchmark's), after these.
+    first_callbacks: callbacks before all of these (one that fills an epoch's
+      logs, as a validation of another model does, before TensorBoard writes them).
 
   Returns:
     fit's History. Its input pipelines are gone by then (`passes_released`).
   """
-  loop = [_Steps(clocks, train_steps, save)]
+  loop = [*first_callbacks, _Steps(clocks, train_steps, save)]
   if meter is not None:
     # Validation runs between batches, outside the steps the meter times.
     loop.append(KerasStallCallback(meter, stall_log_dir, every_steps=stall_log_every))

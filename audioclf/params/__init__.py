@@ -195,6 +195,13 @@ class Params:
       ModelArgs(), "The model's own hyperparameters, checked against its signature: "
       "name=value pairs (width=32,blocks=3) or JSON.")
   dropout: float = _field(0.2, "Dropout rate before the classifier.", Rule(ge=0, lt=1))
+  embedding_views: int = _field(
+      0, "Keras engine, a model with a pretrained front end (--model=speech_embedding): run "
+      "each training clip once, in this many views (the centre window, then views with the "
+      "training augmentations drawn from --seed), through the part of the front end that "
+      "does not train (all of it with trainable=frozen), cache the result beside the clip "
+      "split, and train the rest on it. 0 trains from audio.",
+      Rule(ge=0, le=64, why="each view is a cached embedding of every clip"))
 
   # --- Training.
   engine: str = _field(

@@ -55,6 +55,10 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       trials in a row names the cause).
   """
   params.validate()
+  if params.embedding_views:
+    # keras-tuner saves and restores the model its trials fit: a head view's weights alone.
+    logging.warning("audioclf: --embedding_views=%d: tune trains its trials from audio",
+                    params.embedding_views)
   tune_dir = _tune_dir(params)
   start = time.perf_counter()
   decoded = fill_lib.decode_count()

@@ -138,7 +138,8 @@ class SpeechEmbedding(keras.layers.Layer):
   def build(self, input_shape):
     weights = shipped.weights()
     blocks = self.trainable_blocks
-    first_trained = BLOCK_STARTS[-blocks] if blocks else shipped.CONV_LAYERS
+    # The first conv layer that trains: frozen_part runs those before it, trained_part the rest.
+    self.first_trained = first_trained = BLOCK_STARTS[-blocks] if blocks else shipped.CONV_LAYERS
     self.scale = scale = self.lr_multiplier if blocks else 1.0
     for i, (kernel, bias) in enumerate(zip(weights.kernels, weights.biases)):
       # An attribute each: Keras 3's TensorFlow checkpoints track a layer's
@@ -158,19 +159,31 @@ class SpeechEmbedding(keras.layers.Layer):
     return [getattr(self, f"conv{i}_bias") for i in range(shipped.CONV_LAYERS)]
 
   def call(self, frames):
+    return self.trained_part(self.frozen_part(frames))
+
+  def frozen_part(self, frames):
+    """The activations [batch, time, bins, channels] where the trained blocks begin (or the last conv's)."""
     x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
-    last = len(self.kernels) - 1
-    for i, (kernel, bias) in enumerate(zip(self.kernels, self.biases)):
+    return self._convs(x, 0, self.first_trained)
+
+  def trained_part(self, x):
+    """frozen_part's activations -> embeddings [batch, embeddings, 96]: the trained blocks' work."""
+    return tf.squeeze(self._convs(x, self.first_trained, shipped.CONV_LAYERS), axis=2)
+
+  def _convs(self, x, start: int, stop: int):
+    """Conv layers start .. stop - 1, each with its activation and pool (the last conv has none)."""
+    for i in range(start, stop):
+      kernel, bias = getattr(self, f"conv{i}_kernel"), getattr(self, f"conv{i}_bias")
       # A (1, 3) kernel keeps the frequency bins (padding them), a (3, 1) or
       # (3, 3) one reads whole frames only: no frame is ever padded in time.
       padding = "SAME" if kernel.shape[0] == 1 else "VALID"
       x = tf.nn.conv2d(x, kernel * self.scale, strides=1, padding=padding) + bias * self.scale
-      if i == last:
+      if i == shipped.CONV_LAYERS - 1:
         break
       x = activation(x)
       if i in POOLS:
         x = tf.nn.max_pool2d(x, POOLS[i], POOLS[i], padding="VALID")
-    return tf.squeeze(x, axis=2)
+    return x
 
   def compute_output_shape(self, input_shape):
     *batch, frames, _ = tf.TensorShape(input_shape).as_list()

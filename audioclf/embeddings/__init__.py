@@ -1,0 +1,8 @@
+"""Embed once: a frozen front end's output for every clip and augmented view, cached, and a head trained on it.
+
+  boundary.py  where a model's frozen front end ends: the model that embeds, the head view that trains
+  views.py     view k of row i: its window and augmentations, pure functions of (seed, i, k)
+  table.py     the embedding split: its key, its cold pass, written and checked as a clip split is
+  batches.py   training batches of cached embeddings: the sampler's rows, a drawn view each
+  fit.py       what the Keras engine fits instead of the model (or, in one line, why it cannot)
+"""
