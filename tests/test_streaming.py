@@ -108,3 +108,49 @@ def test_the_fast_step_is_the_step(stream_and_clip):
   plain = [stream.step(hop).numpy() for hop in hops]
   stream.reset()
   np.testing.assert_allclose([stream.fast_step(hop).numpy() for hop in hops], plain, atol=1e-5)
+
+
+@pytest.mark.slow  # A conversion to TFLite.
+def test_dynamic_range_keeps_the_mel_filters_in_float(stream_and_clip):
+  # As a matrix product, the mel filters' input (a power spectrum 100 dB wide) is
+  # quantized to 8 bits on the fly and the quiet bands vanish; as the banded
+  # gather and sum that the streaming step uses, it stays float.
+  from audioclf.streaming import tflite
+  stream, _ = stream_and_clip
+  audio = vowels(4.0, seed=7)
+  hops = audio[:audio.size // streaming.HOP_SAMPLES * streaming.HOP_SAMPLES].reshape(
+      -1, streaming.HOP_SAMPLES)
+  stream.reset()
+  expected = np.stack([stream.step(hop[None]).numpy()[0] for hop in hops])
+  got = tflite.run_hops(tflite.convert(stream, "dynamic"), hops)
+  # int8 weights alone move this model's probabilities by about 0.01; the
+  # quantized spectrum moved them by 0.1.
+  assert np.abs(got - expected)[stream.warmup_hops:].max() < 0.03
+
+
+def test_the_floor_on_digital_silence_is_80_db_under_the_loudest_frame_still_in_the_window(
+    stream_and_clip):
+  # Where the floor binds, the stream and a clip differ: a clip's floor is its
+  # own peak's; the stream's, the peak of the window's frames heard so far.
+  stream, _ = stream_and_clip
+  loud = vowels(1.0, seed=8)[:streaming.HOP_SAMPLES][None]
+  silence = np.zeros((1, streaming.HOP_SAMPLES), np.float32)
+  stream.reset()
+  # A stream that starts in digital silence: log of the 1e-10 guard, -100 dB.
+  np.testing.assert_allclose(stream._mel_frames(silence), -100.0 / 10 + 2, atol=1e-5)
+  frames = stream._mel_frames(loud).numpy()
+  peak = float(stream._state["peaks"].numpy().max())
+  assert peak > 60  # Vowels at the int16 scale.
+  assert frames.min() >= (peak - 80) / 10 + 2 - 1e-5
+  # Silence after it is floored 80 dB under that peak while its frames stay in the window...
+  # (the first hop after it still frames some of its samples, and may hold the peak).
+  stream._mel_frames(silence)
+  peak = float(stream._state["peaks"].numpy().max())
+  hops_in_window = stream.window_frames // 8
+  for _ in range(hops_in_window - 2):
+    np.testing.assert_allclose(stream._mel_frames(silence), (peak - 80) / 10 + 2, atol=1e-4)
+  # ...and falls back to the guard once they have left it.
+  for _ in range(hops_in_window):
+    last = stream._mel_frames(silence)
+  np.testing.assert_allclose(last, -100.0 / 10 + 2, atol=1e-5)
+  stream.reset()

@@ -47,6 +47,18 @@ def lag_frames(time_kernels, pools=speech.POOLS) -> int:
   return lag
 
 
+def banded(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """A mel matrix [bins, bands] as each band's bins and weights [bands, width], padded with weight 0."""
+  width = max(1, int((matrix != 0).sum(axis=0).max()))
+  bins = np.zeros([matrix.shape[1], width], np.int32)
+  weights = np.zeros([matrix.shape[1], width], np.float32)
+  for band in range(matrix.shape[1]):
+    nonzero = np.flatnonzero(matrix[:, band])
+    bins[band, :len(nonzero)] = nonzero
+    weights[band, :len(nonzero)] = matrix[nonzero, band]
+  return bins, weights
+
+
 class StreamingModel(tf.Module):
   """A speech_embedding classifier's streaming form: state kept in variables, a hop per `step`.
 
@@ -68,7 +80,10 @@ class StreamingModel(tf.Module):
     self.window_frames = speech.num_frames(self.window_samples)
     value = lambda v: tf.constant(np.asarray(v), tf.float32)
     self._window = value(mel.window)
-    self._mel = value(mel.mel)
+    # The mel filters as (bin, weight) pairs per band: a gather and a sum, which
+    # TFLite's dynamic-range quantization leaves in float. As a matrix product
+    # it quantizes the power spectrum, 100 dB wide, to 8 bits on the fly.
+    self._band_bins, self._band_weights = banded(np.asarray(mel.mel))
     self._kernels = [value(k) * embedding.scale for k in embedding.kernels]
     self._biases = [value(b) * embedding.scale for b in embedding.biases]
     self.lag = lag_frames([int(k.shape[0]) for k in self._kernels])
@@ -150,11 +165,15 @@ class StreamingModel(tf.Module):
     """SpeechMel's 8 new frames [1, 8, 32], floored under the peak of the window's frames so far."""
     audio = tf.concat([self._state["tail"], hop], axis=1)
     self._state["tail"].assign(audio[:, -TAIL_SAMPLES:])
-    decibels = speech.mel_decibels(audio, self._window, self._mel)
+    decibels = speech.mel_decibels(audio, self._window, self._project)
     peaks = tf.concat([self._state["peaks"][:, speech.EMBEDDING_HOP:],
                        tf.reduce_max(decibels, axis=-1)], axis=1)
     self._state["peaks"].assign(peaks)
     return speech.scaled(decibels, tf.reduce_max(peaks, axis=-1)[:, None, None])
+
+  def _project(self, power):
+    """The mel filters' product with power spectra [..., bins] -> [..., 32], zeros skipped."""
+    return tf.reduce_sum(tf.gather(power, self._band_bins, axis=-1) * self._band_weights, axis=-1)
 
   def _embed(self, frames):
     """SpeechEmbedding.call on 8 new frames, each layer's earlier inputs taken from its state."""

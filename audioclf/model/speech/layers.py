@@ -50,10 +50,12 @@ def mel_decibels(waveform, window, mel):
   """The mel energies in dB [batch, frames, 32] of float32 audio [batch, samples] in [-1, 1].
 
   The shipped model's 512-tap DFT products, by FFT, on samples at the int16 scale.
+  `mel`: the filters [bins, 32], or a function of the power spectrum that applies them.
   """
   frames = tf.signal.frame(waveform * 32768.0, FRAME_SAMPLES, HOP_SAMPLES) * window
   power = tf.square(tf.abs(tf.signal.rfft(frames, [FRAME_SAMPLES])))
-  return tf.math.log(tf.maximum(tf.matmul(power, mel), 1e-10)) * (10.0 / np.log(10.0))
+  energies = mel(power) if callable(mel) else tf.matmul(power, mel)
+  return tf.math.log(tf.maximum(energies, 1e-10)) * (10.0 / np.log(10.0))
 
 
 def scaled(decibels, peak):
