@@ -8,6 +8,7 @@ from typing import BinaryIO, Iterator
 import numpy as np
 import soundfile as sf
 
+from audioclf.data import pcm
 from audioclf.params import ParamError
 
 SAMPLE_RATE = 16000
@@ -57,11 +58,11 @@ def pcm_hops(stream: BinaryIO, hop_samples: int) -> Iterator[np.ndarray]:
     total += len(chunk)
     pending += chunk
     if len(pending) == size:
-      yield np.frombuffer(pending, "<i2").astype(np.float32) / 32768.0
+      yield pcm.to_float(pending)
       pending = b""
   if total % 2:
     raise ParamError(f"--input=-: the stream ended after {total} bytes, an odd number: not "
                      "16-bit PCM (arecord -f S16_LE -r 16000 -c 1)")
   if pending:
-    samples = np.frombuffer(pending, "<i2").astype(np.float32) / 32768.0
+    samples = pcm.to_float(pending)
     yield np.pad(samples, (0, hop_samples - samples.size))

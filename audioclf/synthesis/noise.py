@@ -19,6 +19,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from audioclf.data import pcm
 from audioclf.synthesis import espeak, render, speakers, vocabulary
 from audioclf.synthesis.settings import NOISE_DIR, SAMPLE_RATE
 
@@ -95,7 +96,7 @@ def babble(rng: np.random.Generator, n: int, words, voices: list[str], workers: 
     said = list(ex.map(lambda w: espeak.say(w, talkers), fillers))
   out = np.zeros(n)
   for t in range(len(talkers)):
-    takes = [soxr.resample(raws[t].astype(np.float64) / 32768.0, header["sample_rate"],
+    takes = [soxr.resample(pcm.to_float(raws[t], np.float64), header["sample_rate"],
                            SAMPLE_RATE) for header, raws in said]
     gain = 10 ** (rng.uniform(-6.0, 0.0) / 20)
     at = int(rng.integers(0, SAMPLE_RATE))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
+from audioclf.data import pcm
 from audioclf.synthesis.settings import CLIP_SAMPLES, MAX_WORD_SECONDS, SAMPLE_RATE
 
 SNR_DB = (15.0, 40.0)
@@ -17,7 +18,7 @@ def clip(raw: np.ndarray, raw_rate: int, rng: np.random.Generator) -> np.ndarray
   A random peak level, a random position inside the window, and white or pink
   noise at a random SNR, so a classifier has to generalize rather than memorize.
   """
-  speech = soxr.resample(raw.astype(np.float64) / 32768.0, raw_rate, SAMPLE_RATE)
+  speech = soxr.resample(pcm.to_float(raw, np.float64), raw_rate, SAMPLE_RATE)
   speech = speech[:int(MAX_WORD_SECONDS * SAMPLE_RATE)]
   peak_db = rng.uniform(*PEAK_DBFS)
   speech *= 10 ** (peak_db / 20) / np.max(np.abs(speech))
