@@ -15,6 +15,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from audioclf import files
+
 SETTINGS_FILE = "detector.json"
 BACKGROUND_LABELS = ("_silence_", "_unknown_", "silence", "unknown")  # Never detections.
 DEFAULT_THRESHOLD = 0.5
@@ -84,8 +86,5 @@ def read_settings(model_dir: str) -> Optional[dict]:
 def write_settings(model_dir: str, settings: dict) -> str:
   """Keeps an operating point in model_dir (written whole, then renamed); returns its path."""
   path = os.path.join(model_dir, SETTINGS_FILE)
-  with open(f"{path}.tmp", "w") as f:
-    json.dump(settings, f, indent=2)
-    f.write("\n")
-  os.replace(f"{path}.tmp", path)
+  files.atomic_write(path, (json.dumps(settings, indent=2) + "\n").encode())
   return path
