@@ -1,5 +1,7 @@
-"""The augmentations after the cache: each does what its flag says, eagerly, in tf.data and through input_fn."""
+"""The augmentations after the cache: the registry, and each one doing what its flags say, eagerly, in tf.data and through input_fn."""
 
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -7,10 +9,12 @@ import soundfile as sf
 import tensorflow as tf
 
 import audioclf
-from audioclf.data import augment
 from audioclf.data import fill as fill_lib
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
+from audioclf.data import streams as streams_lib
+from audioclf.data.augmentations import ORDER, registered
+from audioclf.data.augmentations import base, pitch_tempo, program, reverb, speed
 from conftest import write_tone_dataset
 
 SR = 16000
@@ -49,12 +53,96 @@ def _in_tf_data(fn, *tensors):
   return next(iter(tf.data.Dataset.from_tensors(tensors).map(fn)))
 
 
+# Each augmentation at settings that turn it on: a new one's author adds its own here.
+SETTINGS = {
+    "pitch_tempo": dict(pitch_shift_semitones=(-2.0, 2.0), tempo_perturb=(0.9, 1.1),
+                        pitch_tempo_prob=0.5),
+    "reverb": dict(reverb_prob=0.5),
+    "speed": dict(speed_perturb=(0.9, 1.1)),
+    "noise": dict(noise_prob=0.5),
+    "gain": dict(gain_db=(-6.0, 6.0)),
+    "mixup": dict(mixup_alpha=0.2),
+}
+_EVERY = {field: value for settings in SETTINGS.values() for field, value in settings.items()}
+
+
+def test_the_registry_is_order_and_each_augmentation_has_fields_and_streams_of_its_own():
+  classes = registered()
+  assert [c.name for c in classes] == list(ORDER) == list(SETTINGS)
+  streams = [s for c in classes for s in c.streams]
+  assert len(streams) == len(set(streams)) and "window" not in streams  # The sampler's own.
+  fields = [f for c in classes for f in c.fields]
+  assert len(fields) == len(set(fields))
+  assert set(fields) <= {f.name for f in dataclasses.fields(audioclf.Params)}  # Names kept.
+  for c in classes:
+    assert set(SETTINGS[c.name]) <= set(c.fields), c.name
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_each_augmentation_is_off_at_the_defaults_and_on_at_its_settings_in_training(name):
+  def on(training, **changes):
+    return [a.name for a in _sampler(**changes).augmenter.on(training)]
+
+  assert name not in on(True) and name in on(True, **SETTINGS[name])
+  assert name not in on(False, **SETTINGS[name])  # Noise: only a _silence_ clip's (below).
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_each_augmentation_alone_changes_the_batch_alike_eagerly_and_in_tf_data(name):
+  sampler = _sampler(**SETTINGS[name])
+  waves = tf.constant(np.stack([_tone(300.0 + 100.0 * i, start=2000, stop=14000)
+                                for i in range(8)]))
+  labels = tf.range(8) % 4
+  out, _ = sampler.augment(waves, labels, 2)
+  assert out.shape == waves.shape and out.dtype == tf.float32
+  assert not np.array_equal(out, waves)
+  # Plain ops (the legacy stack) may round apart by an ulp once tf.data's graph is optimized.
+  np.testing.assert_allclose(
+      _in_tf_data(lambda w, y: sampler.augment(w, y, 2)[0], waves, labels), out, atol=1e-6)
+  np.testing.assert_array_equal(sampler.augment(waves, labels, 2)[0], out)
+  assert not np.array_equal(sampler.augment(waves, labels, 3)[0], out)
+
+
+def _draws(sampler, k=3):
+  """{name: its draws as arrays} of each augmentation of `sampler` in training batch k."""
+  augmenter = sampler.augmenter
+  batch = base.Batch(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k, True, augmenter.streams)
+  out = {}
+  for augmentation in augmenter.on(True):
+    batch.drawing = augmentation.streams
+    out[augmentation.name] = [np.asarray(t) for t in tf.nest.flatten(augmentation.draw(batch))]
+  return out
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_adding_or_removing_an_augmentation_leaves_the_others_draws_unchanged(name):
+  alone = _draws(_sampler(**SETTINGS[name]))[name]
+  assert alone
+  others = [{f: v for f, v in _EVERY.items() if f not in SETTINGS[other]}
+            for other in ORDER if other != name]  # Each other one removed in turn.
+  for changes in [_EVERY] + others:
+    got = _draws(_sampler(**changes))[name]
+    assert len(got) == len(alone)
+    for a, b in zip(alone, got):
+      np.testing.assert_array_equal(a, b)
+  later = _draws(_sampler(**SETTINGS[name]), k=4)[name]
+  assert not all(np.array_equal(a, b) for a, b in zip(alone, later))
+
+
+def test_an_augmentation_draws_from_its_own_streams_only():
+  batch = base.Batch(tf.zeros([2, 10]), tf.zeros([2], tf.int32), 0, True, streams_lib.Streams(0))
+  batch.drawing = ("gain",)
+  batch.uniform("gain")
+  with pytest.raises(ValueError, match="'speed' is not one of"):
+    batch.uniform("speed")
+
+
 def test_speed_perturbation_moves_a_tone_by_the_factor():
   waves = np.stack([_tone(1000.0)] * 4)
   factors = tf.constant([0.9, 1.0, 1.1, 1.25])
-  for got in (augment.resample(waves, factors), _in_tf_data(augment.resample, waves, factors)):
+  for got in (speed.resample(waves, factors), _in_tf_data(speed.resample, waves, factors)):
     np.testing.assert_allclose(_peak_hz(got.numpy()), [900, 1000, 1100, 1250], atol=2)
-  np.testing.assert_allclose(augment.resample(waves, tf.ones([4]))[1], waves[1], atol=1e-6)
+  np.testing.assert_allclose(speed.resample(waves, tf.ones([4]))[1], waves[1], atol=1e-6)
 
 
 def test_resampling_reads_between_samples_linearly_and_zero_outside_the_clip():
@@ -64,8 +152,8 @@ def test_resampling_reads_between_samples_linearly_and_zero_outside_the_clip():
   n, centre = waves.shape[1], (waves.shape[1] - 1) / 2
   at = centre + (np.arange(n) - centre) * factors[:, None]
   want = [np.interp(x, np.arange(n), w, left=0, right=0) for x, w in zip(at, waves)]
-  got = augment.apply(tf.constant(waves), None,
-                      [augment.Step(augment._read_at, (factors.astype(np.float32),))])[0]
+  got = program.apply(tf.constant(waves), None,
+                      [program.Step(speed._read_at, (factors.astype(np.float32),))])[0]
   # Reads within float32 rounding of the clip's first or last sample may fall either side.
   edge = (np.abs(at) < 1e-3) | (np.abs(at - (n - 1)) < 1e-3)
   np.testing.assert_allclose(np.where(edge, 0, got), np.where(edge, 0, want), atol=2e-4)
@@ -74,7 +162,7 @@ def test_resampling_reads_between_samples_linearly_and_zero_outside_the_clip():
 
 def test_speeding_up_removes_what_would_fold_over_nyquist():
   waves = np.stack([_tone(7500.0)] * 2)
-  out = augment.resample(waves, tf.constant([1.0, 1.1])).numpy()
+  out = speed.resample(waves, tf.constant([1.0, 1.1])).numpy()
   rms = np.sqrt(np.mean(out ** 2, axis=-1))
   assert rms[0] > 0.3 and rms[1] < 0.01  # 8250 Hz does not exist at 16 kHz: gone, not aliased.
   # The vocoder's examples are band-limited on its own spectra: 3 semitones up, 7500 Hz is
@@ -93,9 +181,9 @@ def test_speeding_up_removes_what_would_fold_over_nyquist():
   out = _in_tf_data(lambda w: sampler.augment(w, tf.zeros([16], tf.int32), 3)[0], waves).numpy()
   assert np.sqrt(np.mean(out ** 2, axis=-1)).max() < 0.01
   # Without the cutoff the reverberation keeps 7500 Hz, and with it removes only what is above.
-  spectra = augment.response_spectra(np.eye(1, 500, dtype=np.float32), N)
+  spectra = reverb.response_spectra(np.eye(1, 500, dtype=np.float32), N)
   for cutoff, kept in ((1.0, True), (0.9, False), (7600 / 8000, True)):
-    out = augment.reverberate(waves[:1], spectra, tf.zeros([1], tf.int32), None,
+    out = reverb.reverberate(waves[:1], spectra, tf.zeros([1], tf.int32), None,
                               tf.constant([cutoff])).numpy()
     assert (np.sqrt(np.mean(out ** 2)) > 0.3) == kept, cutoff
 
@@ -104,8 +192,8 @@ def test_tempo_stretch_keeps_the_pitch_and_scales_the_duration():
   burst = _tone(1000.0, start=6000, stop=10000)
   waves = np.stack([burst] * 4)
   rates = tf.constant([1.0, 0.8, 1.25, 2.0])
-  frame = augment.vocoder_frame(SR)
-  out = _in_tf_data(lambda w, r: augment.stretch(w, r, frame), waves, rates).numpy()
+  frame = pitch_tempo.vocoder_frame(SR)
+  out = _in_tf_data(lambda w, r: pitch_tempo.stretch(w, r, frame), waves, rates).numpy()
   np.testing.assert_allclose(out[0], burst, atol=1e-5)  # Rate 1: the clip back.
   for wave, rate in zip(out, rates.numpy()):
     first, last = _span(wave)
@@ -159,7 +247,7 @@ def _decay_db_per_second(response):
 
 def test_synthetic_responses_decay_60_db_in_their_rt60():
   noise = tf.random.stateless_uniform([2, 12000], [1, 2], -3 ** 0.5, 3 ** 0.5)
-  rirs = augment.synthetic_rirs(noise, tf.constant([0.25, 0.5]), SR).numpy()
+  rirs = reverb.synthetic_rirs(noise, tf.constant([0.25, 0.5]), SR).numpy()
   assert np.all(rirs[:, 0] == 1.0)  # The direct path, at tap 0.
   np.testing.assert_allclose(np.sum(rirs[:, 1:] ** 2, axis=1), 1.0, rtol=1e-4)  # DRR 0 dB.
   assert abs(_decay_db_per_second(rirs[0]) + 60 / 0.25) < 12
@@ -167,14 +255,14 @@ def test_synthetic_responses_decay_60_db_in_their_rt60():
 
 
 def test_the_bank_cuts_a_synthetic_response_where_its_tail_is_60_db_below_the_direct_path():
-  taps = augment.synthetic_taps(0.8, SR, N)
+  taps = reverb.synthetic_taps(0.8, SR, N)
   assert 0.35 * SR < taps < 0.45 * SR  # About half the RT60, not all of it.
   noise = tf.random.stateless_uniform([1, 12800], [3, 4], -3 ** 0.5, 3 ** 0.5)
-  whole = augment.synthetic_rirs(noise, tf.constant([0.8]), SR).numpy()[0]
+  whole = reverb.synthetic_rirs(noise, tf.constant([0.8]), SR).numpy()[0]
   around = np.sqrt(np.mean(whole[taps - 160:taps + 160] ** 2))
   assert abs(20 * np.log10(around) + 60) < 1.5  # The direct path is 1.
   assert np.sum(whole[taps:] ** 2) < 1e-3 * np.sum(whole[1:] ** 2)  # What is left out.
-  assert augment.synthetic_taps(0.8, SR, 4000) == 4000  # Never more than a clip.
+  assert reverb.synthetic_taps(0.8, SR, 4000) == 4000  # Never more than a clip.
 
 
 def test_reverberation_convolves_keeps_the_level_and_takes_its_chance():
@@ -182,7 +270,7 @@ def test_reverberation_convolves_keeps_the_level_and_takes_its_chance():
   click[2000] = 1.0
   rir = np.zeros([1, 3000], np.float32)
   rir[0, [0, 800, 2500]] = [1.0, 0.5, -0.25]
-  out = augment.reverberate(click[None], augment.response_spectra(rir, N)).numpy()[0]
+  out = reverb.reverberate(click[None], reverb.response_spectra(rir, N)).numpy()[0]
   np.testing.assert_allclose(out[[2000, 2800, 4500]] / out[2000], [1.0, 0.5, -0.25], atol=1e-5)
   np.testing.assert_allclose(np.sqrt(np.mean(out ** 2)), np.sqrt(np.mean(click ** 2)), rtol=1e-4)
   waves = tf.constant(np.stack([_tone(500.0)] * 64))
@@ -222,7 +310,7 @@ def test_on_rows_transforms_the_chosen_rows_only(count):
   chosen = np.zeros(20, bool)
   chosen[np.random.default_rng(count).choice(20, count, replace=False)] = True
   step = tf.range(20, dtype=tf.float32)
-  transform = lambda w, c, s: augment.on_rows(lambda rows, s: rows + s[:, None], w, c, s)  # noqa: E731
+  transform = lambda w, c, s: program.on_rows(lambda rows, s: rows + s[:, None], w, c, s)  # noqa: E731
   for got in (transform(waves, chosen, step), _in_tf_data(transform, waves, chosen, step)):
     np.testing.assert_array_equal(got, waves.numpy() + np.where(chosen, np.arange(20), 0)[:, None])
 
@@ -263,44 +351,42 @@ def test_a_rir_folder_is_decoded_once_into_the_cache_and_convolved(words, tmp_pa
     audioclf.input_fn(params.replace(rir_dir=str(tmp_path / "nowhere")), "train")
 
 
-_EVERY = dict(speed_perturb=(0.9, 1.1), pitch_shift_semitones=(-2.0, 2.0),
-              tempo_perturb=(0.9, 1.1), pitch_tempo_prob=0.5, reverb_prob=0.5, noise_prob=0.5,
-              gain_db=(-6.0, 6.0), mixup_alpha=0.2)
-
-
-def _draws_of(sampler, fn, k=3):
-  """The draws (tensors) of the step of `fn` in batch k of `sampler`."""
-  waves = tf.zeros([8, 400])
-  steps = [s for s in sampler.steps(waves, tf.zeros([8], tf.int32), k) if s.fn is fn]
-  assert len(steps) == 1
-  return [t.numpy() for t in steps[0].tensors if isinstance(t, tf.Tensor)]
-
-
-@pytest.mark.parametrize("alone", ["gain_db", "mixup_alpha", "noise_prob"])
-def test_adding_or_removing_an_augmentation_leaves_the_others_draws_unchanged(alone):
-  fn = {"gain_db": augment.gain, "mixup_alpha": augment._mix_classes,
-        "noise_prob": augment._noise_added}[alone]
-  others = {name: value for name, value in _EVERY.items() if name != alone}
-  draws = [_draws_of(_sampler(**{alone: _EVERY[alone]}), fn),
-           _draws_of(_sampler(**_EVERY), fn)]
-  for name in others:  # Each other augmentation removed in turn.
-    draws.append(_draws_of(_sampler(**{n: v for n, v in _EVERY.items() if n != name}), fn))
-  for got in draws[1:]:
-    for a, b in zip(draws[0], got):
-      np.testing.assert_array_equal(a, b)
-  assert not np.array_equal(draws[0][0], _draws_of(_sampler(**_EVERY), fn, k=4)[0])
+def test_noise_is_added_at_the_asked_snr():
+  params = audioclf.Params(noise_prob=1.0, noise_snr_db=20.0)
+  sampler = sampler_lib.Sampler(params, 1)
+  clean = tf.sin(tf.linspace(0.0, 400.0, 16000))[None]
+  label = tf.zeros([1], tf.int32)
+  noisy = lambda s, w, y, k: s.augment(w, y, k)[0]  # noqa: E731
+  added = (noisy(sampler, clean, label, 0) - clean).numpy()
+  snr = 20 * np.log10(np.sqrt(np.mean(clean.numpy() ** 2)) / np.sqrt(np.mean(added ** 2)))
+  assert abs(snr - 20.0) < 0.1
+  quiet = sampler_lib.Sampler(params.replace(noise_prob=0.0), 1)
+  assert not quiet.augments(True)
+  np.testing.assert_array_equal(noisy(quiet, clean, label, 0), clean)
+  batch = tf.concat([clean] * 200, 0)
+  labels = tf.zeros([200], tf.int32)
+  some = sampler_lib.Sampler(params.replace(noise_prob=0.3), 1)
+  noisy_rows = (noisy(some, batch, labels, 5) != batch).numpy()
+  assert 30 < noisy_rows.any(axis=1).sum() < 90  # Chosen per example, not per batch.
+  np.testing.assert_array_equal(noisy(some, batch, labels, 5), noisy(some, batch, labels, 5))
+  assert not np.array_equal(noisy(some, batch, labels, 5), noisy(some, batch, labels, 6))
+  # A range: each example its own level, uniform in dB between the two.
+  ranged = sampler_lib.Sampler(params.replace(noise_snr_db=(5.0, 25.0)), 1)
+  added = (noisy(ranged, batch, labels, 5) - batch).numpy()
+  snrs = 20 * np.log10(np.sqrt(np.mean(batch.numpy() ** 2, 1)) / np.sqrt(np.mean(added ** 2, 1)))
+  assert 4.9 < snrs.min() < 7.0 and 23.0 < snrs.max() < 25.1
 
 
 def test_no_two_draws_share_a_key(monkeypatch):
   asked = []
-  real = sampler_lib.stream_key
+  real = streams_lib.stream_key
 
   def recording(seed, name, at):
     key = real(seed, name, at)
     asked.append((name, int(at), tuple(key.numpy())))
     return key
 
-  monkeypatch.setattr(sampler_lib, "stream_key", recording)
+  monkeypatch.setattr(streams_lib, "stream_key", recording)
   for index in range(2):  # Two shards of one run: their keys must stay apart too.
     sampler = sampler_lib.Sampler(audioclf.Params(batch_size=8, **_EVERY), 100, (index, 2),
                                   silence_label=1, num_classes=4)

@@ -7,7 +7,6 @@ import tensorflow as tf
 import audioclf
 from audioclf import Params
 from audioclf.data import manifest as manifest_lib
-from audioclf.data import sampler as sampler_lib
 from audioclf.data import window as window_lib
 from audioclf.params import ParamError
 from conftest import write_tone_dataset
@@ -204,31 +203,6 @@ def test_center_start_is_the_middle():
   assert int(window_lib.center_start(10, 12)) == 0
   ramp = tf.range(10, dtype=tf.float32)
   np.testing.assert_array_equal(window_lib.cut(ramp, 0, 10, 3, 4), [3, 4, 5, 6])
-
-
-def test_noise_is_added_at_the_asked_snr():
-  params = audioclf.Params(noise_prob=1.0, noise_snr_db=20.0)
-  sampler = sampler_lib.Sampler(params, 1)
-  clean = tf.sin(tf.linspace(0.0, 400.0, 16000))[None]
-  label = tf.zeros([1], tf.int32)
-  noise = (sampler.add_noise(clean, label, 0) - clean).numpy()
-  snr = 20 * np.log10(np.sqrt(np.mean(clean.numpy() ** 2)) / np.sqrt(np.mean(noise ** 2)))
-  assert abs(snr - 20.0) < 0.1
-  quiet = sampler_lib.Sampler(params.replace(noise_prob=0.0), 1)
-  assert not quiet.mixes(True)
-  np.testing.assert_array_equal(quiet.add_noise(clean, label, 0), clean)
-  batch = tf.concat([clean] * 200, 0)
-  labels = tf.zeros([200], tf.int32)
-  some = sampler_lib.Sampler(params.replace(noise_prob=0.3), 1)
-  noisy_rows = (some.add_noise(batch, labels, 5) != batch).numpy()
-  assert 30 < noisy_rows.any(axis=1).sum() < 90  # Chosen per example, not per batch.
-  np.testing.assert_array_equal(some.add_noise(batch, labels, 5), some.add_noise(batch, labels, 5))
-  assert not np.array_equal(some.add_noise(batch, labels, 5), some.add_noise(batch, labels, 6))
-  # A range: each example its own level, uniform in dB between the two.
-  ranged = sampler_lib.Sampler(params.replace(noise_snr_db=(5.0, 25.0)), 1)
-  noise = (ranged.add_noise(batch, labels, 5) - batch).numpy()
-  snrs = 20 * np.log10(np.sqrt(np.mean(batch.numpy() ** 2, 1)) / np.sqrt(np.mean(noise ** 2, 1)))
-  assert 4.9 < snrs.min() < 7.0 and 23.0 < snrs.max() < 25.1
 
 
 def test_bad_mode_split_and_empty_split(params):

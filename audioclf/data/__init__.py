@@ -10,9 +10,10 @@
   fill.py       filling a split (Fill), and fill(): every split ahead of time
   noise.py      background recordings, decoded once into the cache and mixed in
   rir.py        room impulse responses of --rir_dir, decoded once into the cache
-  sampler.py    which clip comes when, and every random draw: pure functions of (seed, index)
+  streams.py    named random streams: the key of every draw, from (seed, name, number)
+  sampler.py    which clip comes when: pure functions of (seed, index); each batch's augmentations
   window.py     where a clip's window lies, how it is cut and labelled: one cut for every path
-  augment.py    the augmentations as in-graph ops on a batch, given the sampler's draws
+  augmentations/  the augmentations after the cache, a file each, and the order they run in
   pipeline.py   input_fn: the assembly of the above
   batches.py    the warm and served reads of a cached split, and the batching every read shares
   cold.py       the cold pass: each file decoded as the first epoch reaches it, the split written

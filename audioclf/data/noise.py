@@ -6,7 +6,7 @@ manifest lists those recordings (`Manifest.noise`: --noise_dir, else
 like any clips: each decoded once (by content key, bad files under the
 on_bad_file policy), checked on open, and read memory-mapped, so a training
 step never opens a file. `Recordings.excerpts` cuts windows out of them where
-the sampler's draws say (`Sampler.add_noise`); without recordings the sampler
+the noise augmentation's draws say (augmentations/noise.py); without recordings the sampler
 falls back to white noise. Room impulse responses (--rir_dir) are
 recordings too, cached the same way as a split of their own (audioclf.data.rir).
 """
@@ -21,7 +21,8 @@ import tensorflow as tf
 from absl import logging
 
 from audioclf.compat import xla as compat_xla
-from audioclf.data import augment
+from audioclf.data.augmentations import program
+from audioclf.data.augmentations.noise import noise_level
 from audioclf.data import cache_format
 from audioclf.data import fill as fill_lib
 from audioclf.data import store as store_lib
@@ -142,13 +143,13 @@ class Recordings:
     At absolute + relative x the row's RMS ([batch] each), and only to the
     chosen rows: copying the excerpts is most of the cost.
     """
-    return augment.apply(waves, None, [self.add_step(chosen, which, where, absolute, relative,
+    return program.apply(waves, None, [self.add_step(chosen, which, where, absolute, relative,
                                                      waves.shape[-1])])[0]
 
   def add_step(self, chosen: tf.Tensor, which: tf.Tensor, where: tf.Tensor, absolute: tf.Tensor,
-               relative: tf.Tensor, n: int) -> augment.Step:
-    """`add_to` of clips of `n` samples as an augment.Step."""
-    return augment.Step(_add_excerpts, (chosen, self.source, *self._places(which, where, n),
+               relative: tf.Tensor, n: int) -> program.Step:
+    """`add_to` of clips of `n` samples as a program.Step."""
+    return program.Step(_add_excerpts, (chosen, self.source, *self._places(which, where, n),
                                         tf.cast(absolute, tf.float32),
                                         tf.cast(relative, tf.float32)), (("scale", self.scale),))
 
@@ -166,10 +167,10 @@ def _add_excerpts(waves, chosen, source, offset, length, start, absolute, relati
   n = waves.shape[-1]
 
   def add(rows, offset, length, start, absolute, relative):
-    return rows + augment.noise_level(rows, absolute, relative)[:, None] * _samples(
+    return rows + noise_level(rows, absolute, relative)[:, None] * _samples(
         source, scale, offset, length, start, n, gather=compat_xla.XLA)
 
-  return augment.on_rows(add, waves, chosen, offset, length, start, absolute, relative)
+  return program.on_rows(add, waves, chosen, offset, length, start, absolute, relative)
 
 
 def _samples(source, scale: Optional[float], offset, length, start, n: int,

@@ -3,7 +3,7 @@
 Recorded responses are recordings like the background noise: decoded once
 into the cache as a split of their own ("rir"), read memory-mapped, each
 served from its loudest sample (the direct path) on (`noise.Recordings`).
-Without any, the sampler draws synthetic ones (`augment.synthetic_rirs`).
+Without any, the sampler draws synthetic ones (augmentations/reverb.py).
 Either way a response is at most a clip long: the clip's
 samples after convolution depend on no later tap.
 """

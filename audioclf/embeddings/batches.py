@@ -11,7 +11,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from audioclf.data import batches as batches_lib
-from audioclf.data.sampler import Sampler, stream_key
+from audioclf.data.sampler import Sampler
+from audioclf.data.streams import stream_key
 from audioclf.embeddings.table import Table
 from audioclf.params import Params
 

@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from audioclf.data import cache_format
-from audioclf.data.sampler import Sampler, stream_id, stream_key
+from audioclf.data.sampler import Sampler
+from audioclf.data.streams import stream_id, stream_key
 from audioclf.params import Params
 
 CHUNK = 32  # Rows per batch of views: where a row's draws sit in their batch, so in the key.
