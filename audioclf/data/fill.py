@@ -24,6 +24,7 @@ from absl import logging
 
 from audioclf.data import cache_format, decode
 from audioclf.data import manifest as manifest_lib
+from audioclf.data.decoders import pcm16_wav
 from audioclf.data import store as store_lib
 from audioclf.data.manifest import Example, Manifest
 from audioclf.params import SPLITS, Params
@@ -228,14 +229,7 @@ class Fill:
   def _native_words(self, row: int, header_only: bool = False) -> Optional[bytes]:
     """The sample bytes of a canonical PCM16 WAV at the target rate (b"" with header_only), else None."""
     example = self.examples[row]
-    try:
-      with open(example.path, "rb") as f:
-        head = f.read(decode.HEADER_BYTES)  # One open per file: header, then samples.
-        if decode.native_wav_header_ok(head, example.size, self.params.sample_rate):
-          return b"" if header_only else f.read()
-    except OSError:
-      pass  # Decoding says what is wrong with it, or skips it.
-    return None
+    return pcm16_wav.words(example.path, example.size, self.params.sample_rate, header_only)
 
   def _source(self, row: int, dtype: str) -> np.ndarray:
     """The clip of `row` as the split stores it; raises NotNative for int16 of a non-canonical file."""
@@ -301,7 +295,7 @@ class Fill:
     if known is not None:
       return known
     if self._native_words(row, header_only=True) is not None:  # Its size says it.
-      return (self.examples[row].size - decode.HEADER_BYTES) // 2
+      return (self.examples[row].size - pcm16_wav.HEADER_BYTES) // 2
     return len(self.decode(row))
 
   def _clip(self, row: int, counted: bool = False) -> np.ndarray:
