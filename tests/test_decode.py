@@ -9,7 +9,7 @@ import soxr
 import tensorflow as tf
 
 import audioclf
-from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.data import decode, decoders
 from audioclf.data import store as store_lib
 from audioclf.data.decoders import pcm16_wav
@@ -153,9 +153,9 @@ def test_bad_file_is_skipped_logged_and_counted(tmp_path, bad_name, caplog):
   assert len(cold) == 6  # The six good files, not the bad one.
   assert any(bad_name in r.getMessage() and "skipping" in r.getMessage() for r in caplog.records)
   assert any("skipped 1 bad files of 7" in r.getMessage() for r in caplog.records)
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), cold)  # Warm: same six, no decoding.
-  assert fill_lib.decode_count() == decoded
+  assert pipeline.PROCESS.decodes.count == decoded
   train = audioclf.input_fn(params, "train", split="validation")  # Same split: warm, still skipped.
   assert sum(int(y.shape[0]) for _, y in train.take(9)) == 18
 
@@ -226,13 +226,13 @@ def test_a_new_decoder_version_is_a_new_cache(monkeypatch, tmp_path):
                            validation_percent=99.9, testing_percent=0, clip_seconds=0.5)
   first = eval_waveforms(params)
   old = store_lib.Store.for_params(params).root
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), first)  # Warm: nothing decoded.
-  assert fill_lib.decode_count() == decoded
+  assert pipeline.PROCESS.decodes.count == decoded
   original = decoders.registered()["libsndfile"].decode
   louder = decoders.Decoder("libsndfile", 2, (),
                             lambda path, rate, quality: 0.5 * original(path, rate, quality))
   monkeypatch.setitem(decoders._REGISTERED, "libsndfile", louder)  # pylint: disable=protected-access
   assert store_lib.Store.for_params(params).root != old
   np.testing.assert_array_equal(eval_waveforms(params), 0.5 * first)  # Decoded again, by v2.
-  assert fill_lib.decode_count() == decoded + 2
+  assert pipeline.PROCESS.decodes.count == decoded + 2

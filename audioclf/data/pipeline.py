@@ -25,13 +25,41 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.data import noise, rir
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
-from audioclf.data.fill import Fill, fill
+from audioclf.data.fill import Decodes, Fill, fill
 from audioclf.data.manifest import Manifest
 from audioclf.data.recent import Recent
 from audioclf.data.sampler import Sampler
 from audioclf.params import MODES, ParamError, Params
 
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
+
+
+class Process:
+  """What input_fn's datasets share in a process: the last warm ones built, and the files decoded.
+
+  input_fn's callers (the Estimator, Keras' fit and evaluate, every tuner
+  trial) hold nothing between calls, so the process owns these (`PROCESS`)
+  and input_fn hands them to the builders; a caller that wants another
+  lifetime calls the builders with its own.
+
+  `datasets`: the last few warm datasets built eagerly, by everything they
+  depend on (`_reuse_key`: the fields of params the data layer reads, so
+  tuner trials that change only the model or the optimizer share one; the
+  builder, split, start and shard; the split's content key and data file, a
+  refilled split being another file; the recordings' fingerprints), so a
+  changed file, flag or cache builds anew. A dataset is a description, not a
+  running pipeline: each `iter` of it starts its own, so handing one out
+  twice is safe; a graph's dataset belongs to that graph and is not kept.
+  `decodes`: the files the builders' passes and `fill_cache` decoded from
+  their source (a metric: the tuner's records, the tests).
+  """
+
+  def __init__(self, size: int = 8):
+    self.datasets = Recent(size)
+    self.decodes = Decodes()
+
+
+PROCESS = Process()
 
 
 def _reuse_key(params, split, manifest, rows, first_batch, shard, native_read,
@@ -62,7 +90,7 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   decodes and fills it, every later call and process reads it. With a
   shuffle seed, batch k is the same bits whether the cache was cold or warm,
   and whatever the parallelism (see `sampler`). A warm dataset built again
-  with what it reads unchanged is the one built before (`DATASETS`).
+  with what it reads unchanged is the one built before (`PROCESS`).
 
   Args:
     params: the run's parameters.
@@ -91,15 +119,15 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
   if mode == "train":
     return make_for_train(params, split or _DEFAULT_SPLIT[mode], manifest, seed_offset, shard,
-                          native_read, DATASETS)
+                          native_read, PROCESS)
   return make_for_inference(params, split or _DEFAULT_SPLIT[mode], manifest, shard,
-                            native_read, DATASETS)
+                            native_read, PROCESS)
 
 
 def make_for_train(params: Params, split: str = "train", manifest: Optional[Manifest] = None,
                    seed_offset: Union[None, int, tf.Tensor] = None,
                    shard: Optional[tuple[int, int]] = None, native_read: bool = False,
-                   built: Optional[Recent] = None) -> tf.data.Dataset:
+                   process: Optional[Process] = None) -> tf.data.Dataset:
   """Training batches of `split`, shuffled and repeated forever: batch k is the sampler's k.
 
   Args: as `input_fn`'s, and
@@ -110,7 +138,7 @@ def make_for_train(params: Params, split: str = "train", manifest: Optional[Mani
     shard: (index, count): every count-th file of each epoch's permutation
       from `index` on, chosen before anything is read, as each worker of a
       cluster does. The split must be in the cache already (`fill_cache`).
-    built: the warm datasets built before, by what they read (the caller's memo).
+    process: where warm datasets are kept for reuse and decodes counted (`Process`), if anywhere.
   """
   params.validate()
   manifest = manifest or manifest_lib.load(params)
@@ -118,12 +146,14 @@ def make_for_train(params: Params, split: str = "train", manifest: Optional[Mani
   first_batch = _first_batch(seed_offset)
   mixes_noise = manifest.noise and (params.noise_prob > 0 or rows.silence is not None)
   reverberates = manifest.rirs and params.reverb_prob > 0
+  built = process.datasets if process else None
   reuse = built is not None and _reuse_key(params, "train", manifest, rows, first_batch, shard,
                                            native_read, mixes_noise, reverberates)
   found = built.get(reuse) if reuse else None
   if found is not None:
     return found
-  sampler = _sampler(params, manifest, rows, shard, mixes_noise, reverberates)
+  decodes = process.decodes if process else None
+  sampler = _sampler(params, manifest, rows, shard, mixes_noise, reverberates, decodes)
   _check_training(params, manifest, rows, shard, sampler)
   if params.data_service:
     # The service's workers cut (and augment) each batch: the trainer only receives them.
@@ -134,49 +164,52 @@ def make_for_train(params: Params, split: str = "train", manifest: Optional[Mani
     ds = warm(params, rows.cached, rows.labels, sampler, True, first_batch)
   else:
     # Cold: each file decoded as the first epoch reaches it; the split written as it ends.
-    ds = _cold(params, rows, sampler, True, first_batch)
+    ds = _cold(params, rows, sampler, True, first_batch, decodes)
   return _prefetched(params, ds, sampler, True, built, reuse)
 
 
 def make_for_inference(params: Params, split: str = "validation",
                        manifest: Optional[Manifest] = None,
                        shard: Optional[tuple[int, int]] = None, native_read: bool = False,
-                       built: Optional[Recent] = None) -> tf.data.Dataset:
+                       process: Optional[Process] = None) -> tf.data.Dataset:
   """Every clip of `split` once, in the split's order, its window at the centre.
 
   Args: as `input_fn`'s, and
     shard: (index, count): every count-th file from `index` on; the split
       must be in the cache already (`fill_cache`).
-    built: the warm datasets built before, by what they read (the caller's memo).
+    process: where warm datasets are kept for reuse and decodes counted (`Process`), if anywhere.
   """
   params.validate()
   manifest = manifest or manifest_lib.load(params)
   rows = _SplitRows.of(params, manifest, split)
   # Only _silence_ clips take noise at inference; nothing reverberates.
   mixes_noise = manifest.noise and rows.silence is not None
+  built = process.datasets if process else None
   reuse = built is not None and _reuse_key(params, "inference", manifest, rows, 0, shard,
                                            native_read, mixes_noise, False)
   found = built.get(reuse) if reuse else None
   if found is not None:
     return found
-  sampler = _sampler(params, manifest, rows, shard, mixes_noise, False)
+  decodes = process.decodes if process else None
+  sampler = _sampler(params, manifest, rows, shard, mixes_noise, False, decodes)
   if rows.cached is not None:
     # Warm: each clip's window cut out of the memory-mapped split.
     warm = batches_lib.warm_native if native_read else batches_lib.warm
     ds = warm(params, rows.cached, rows.labels, sampler, False, 0)
   else:
     # Cold: each file decoded in turn; the split written as the pass ends.
-    ds = _cold(params, rows, sampler, False, 0)
+    ds = _cold(params, rows, sampler, False, 0, decodes)
   return _prefetched(params, ds, sampler, False, built, reuse)
 
 
 def _sampler(params: Params, manifest: Manifest, rows: "_SplitRows",
-             shard: Optional[tuple[int, int]], mixes_noise, reverberates) -> Sampler:
+             shard: Optional[tuple[int, int]], mixes_noise, reverberates,
+             decodes: Optional[Decodes]) -> Sampler:
   """The sampler of `rows`, with the recordings it mixes in (cached first where they are not)."""
-  return Sampler(params, len(rows.examples), shard,
-                 noise.Recordings.load(params, manifest.noise) if mixes_noise else None,
-                 rows.silence, labels=rows.labels, num_classes=len(manifest.labels),
-                 rirs=rir.load(params, manifest.rirs) if reverberates else None)
+  recordings = noise.Recordings.load(params, manifest.noise, decodes=decodes) if mixes_noise else None
+  return Sampler(params, len(rows.examples), shard, recordings, rows.silence,
+                 labels=rows.labels, num_classes=len(manifest.labels),
+                 rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None)
 
 
 def _prefetched(params: Params, ds: tf.data.Dataset, sampler: Sampler, training: bool,
@@ -238,7 +271,7 @@ class _SplitRows:
 
 
 def _cold(params: Params, rows: _SplitRows, sampler: Sampler, training: bool,
-          first_batch) -> tf.data.Dataset:
+          first_batch, decodes: Optional[Decodes]) -> tf.data.Dataset:
   """The cold pass over `rows`, which fills the split as it goes (`cold`)."""
   if sampler.shard[1] > 1:
     # The cold pass writes the split from the files it decodes: a share of them cannot.
@@ -246,7 +279,7 @@ def _cold(params: Params, rows: _SplitRows, sampler: Sampler, training: bool,
         f"{_named(params, rows.name)} is not in the cache {rows.store.root!r} yet, and a "
         "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
         "audioclf cache --flagfile=...)")
-  job = Fill(rows.store, rows.files, rows.fingerprints, params, rows.base)
+  job = Fill(rows.store, rows.files, rows.fingerprints, params, rows.base, decodes)
   return cold_lib.cold(params, job, rows.labels, sampler, training, first_batch)
 
 
@@ -290,27 +323,15 @@ def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
   return {"waveform": tf.TensorSpec([None, params.clip_samples], tf.float32)}, labels
 
 
-# The warm datasets input_fn built in this process, the last few, by everything
-# they depend on: the process owns them, so the Estimator, Keras' fit and
-# evaluate and every tuner trial get one again without holding it. A dataset is a
-# description, not a running pipeline: each `iter` of it starts its own, so
-# handing one out twice is safe. Its key (`_reuse_key`) holds the fields of
-# params the data layer reads (`Params.data_key`: tuner trials that change only
-# the model or the optimizer share a dataset), the builder, split, start, shard,
-# the split's content key and data file (a refilled split is another file) and
-# the recordings' fingerprints, so a changed file, flag or cache builds anew.
-# Only eagerly built datasets are kept (a graph's belongs to that graph).
-DATASETS = Recent(size=8)
-
-
 def fill_cache(params: Params, manifest: Manifest,
                splits: Sequence[str] = ("train", "validation")) -> int:
-  """`fill` of `splits`; returns the number of files decoded.
+  """`fill` of `splits`; returns the number of files decoded (counted in `PROCESS` too).
 
   For readers that need a whole split cached before they start: tuner trials
   shorter than an epoch, and the sharded readers of a cluster's workers.
   """
-  return sum(r["decoded"] for r in fill(params, splits, manifest).values())
+  return sum(r["decoded"] for r in fill(params, splits, manifest,
+                                        decodes=PROCESS.decodes).values())
 
 
 def cached_clips(params: Params, manifest: Manifest, split: str) -> int:
