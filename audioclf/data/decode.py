@@ -1,4 +1,4 @@
-"""An audio file to mono float32 at the target rate, by the decoder its format has (`decoders`); BadAudioError."""
+"""An audio file to mono float32 at the target rate, by its format's decoder; BadAudioError."""
 
 from __future__ import annotations
 

@@ -138,7 +138,8 @@ def make_for_train(params: Params, split: str = "train", manifest: Optional[Mani
     shard: (index, count): every count-th file of each epoch's permutation
       from `index` on, chosen before anything is read, as each worker of a
       cluster does. The split must be in the cache already (`fill_cache`).
-    process: where warm datasets are kept for reuse and decodes counted (`Process`), if anywhere.
+    process: where warm datasets are kept for reuse and decodes counted, if
+      anywhere (`Process`).
   """
   params.validate()
   manifest = manifest or manifest_lib.load(params)
@@ -177,7 +178,8 @@ def make_for_inference(params: Params, split: str = "validation",
   Args: as `input_fn`'s, and
     shard: (index, count): every count-th file from `index` on; the split
       must be in the cache already (`fill_cache`).
-    process: where warm datasets are kept for reuse and decodes counted (`Process`), if anywhere.
+    process: where warm datasets are kept for reuse and decodes counted, if
+      anywhere (`Process`).
   """
   params.validate()
   manifest = manifest or manifest_lib.load(params)
@@ -206,7 +208,8 @@ def _sampler(params: Params, manifest: Manifest, rows: "_SplitRows",
              shard: Optional[tuple[int, int]], mixes_noise, reverberates,
              decodes: Optional[Decodes]) -> Sampler:
   """The sampler of `rows`, with the recordings it mixes in (cached first where they are not)."""
-  recordings = noise.Recordings.load(params, manifest.noise, decodes=decodes) if mixes_noise else None
+  recordings = (noise.Recordings.load(params, manifest.noise, decodes=decodes)
+                if mixes_noise else None)
   return Sampler(params, len(rows.examples), shard, recordings, rows.silence,
                  labels=rows.labels, num_classes=len(manifest.labels),
                  rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None)

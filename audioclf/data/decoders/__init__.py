@@ -27,7 +27,7 @@ DecodeFn = Callable[[str, int, str], np.ndarray]
 
 @dataclasses.dataclass(frozen=True)
 class Decoder:
-  """A registered decoder: what it is called, its version, the files it takes and how it reads them."""
+  """A registered decoder: its name and version, the files it takes and how it reads them."""
 
   name: str
   version: int  # Bump when its samples change: the cache's key changes with it.

@@ -1,4 +1,4 @@
-"""Canonical PCM16 mono WAVs at the target rate: their int16 words over 32768, read natively in the graph.
+"""Canonical PCM16 mono WAVs at the target rate: their words over 32768, natively in the graph.
 
 Canonical means a 44-byte header (RIFF/WAVE, a 16-byte fmt chunk, then
 data), PCM 16 bit, one channel, the target rate, and a data chunk that
