@@ -24,10 +24,11 @@ from absl import logging
 
 from audioclf.data import cache_format, decode
 from audioclf.data import manifest as manifest_lib
-from audioclf.data.decoders import pcm16_wav
 from audioclf.data import store as store_lib
+from audioclf.data.decoders import pcm16_wav
 from audioclf.data.manifest import Example, Manifest
 from audioclf.params import SPLITS, Params
+
 
 class Decodes:
   """A count of files decoded from their source (not read from the cache): a metric, shared by threads.

@@ -73,9 +73,10 @@ def registered() -> dict[str, Decoder]:
 
 def for_path(path: str) -> Decoder:
   """The decoder of `path`: the one that claims its extension, else the default."""
+  _load()
   ext = os.path.splitext(path)[1].lower()
   default = None
-  for decoder in registered().values():
+  for decoder in _REGISTERED.values():
     if ext in decoder.extensions:
       return decoder
     if not decoder.extensions:
