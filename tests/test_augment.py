@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import audioclf
 from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
 from audioclf.data import streams as streams_lib
@@ -338,11 +339,11 @@ def test_a_rir_folder_is_decoded_once_into_the_cache_and_convolved(words, tmp_pa
   sf.write(folder / "room.wav", rir, SR, subtype="FLOAT")
   params = words.replace(rir_dir=str(folder), reverb_prob=1.0, time_shift_seconds=0.0)
   assert fill_lib.fill(params, ("train",))["rir"]["decoded"] == 1
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   clean = [f["waveform"].numpy() for f, _ in audioclf.input_fn(
       params.replace(reverb_prob=0.0), "train").take(2)]
   wet = [f["waveform"].numpy() for f, _ in audioclf.input_fn(params, "train").take(2)]
-  assert fill_lib.decode_count() == before  # Nothing decoded again.
+  assert pipeline.PROCESS.decodes.count == before  # Nothing decoded again.
   for c, w in zip(clean, wet):
     echo = c + 0.5 * np.pad(c, [[0, 0], [800, 0]])[:, :N]  # The direct path at tap 0.
     echo *= np.sqrt(np.mean(c ** 2, 1, keepdims=True) / np.mean(echo ** 2, 1, keepdims=True))

@@ -15,7 +15,7 @@ import pytest
 import soundfile as sf
 
 import audioclf
-from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.data import cache_maintenance
 from audioclf.data import store as store_lib
 from conftest import tone, write_tone_dataset
@@ -56,11 +56,11 @@ def run_python(code, *args, wait=True):
 
 FILL = """
 import sys, audioclf
-from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 p = audioclf.Params(data_dir=sys.argv[1], cache_dir=sys.argv[2], batch_size=4,
                     validation_percent=float(sys.argv[3]), testing_percent=0)
 n = sum(int(y.shape[0]) for _, y in audioclf.input_fn(p, "eval"))
-print(n, fill_lib.decode_count())
+print(n, pipeline.PROCESS.decodes.count)
 """
 
 
@@ -68,10 +68,10 @@ print(n, fill_lib.decode_count())
 def test_second_call_and_second_process_decode_nothing(tmp_path):
   params = params_for(tmp_path)
   cold = eval_waveforms(params)
-  assert fill_lib.decode_count() >= len(cold) and len(markers(params)) == 1
-  before = fill_lib.decode_count()
+  assert pipeline.PROCESS.decodes.count >= len(cold) and len(markers(params)) == 1
+  before = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), cold)
-  assert fill_lib.decode_count() == before
+  assert pipeline.PROCESS.decodes.count == before
   params = params.replace(testing_percent=0)
   cold = eval_waveforms(params)
   n, decoded = run_python(FILL, params.data_dir, params.cache_dir, 10).split()
@@ -116,11 +116,11 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
   cold = eval_waveforms(params)
   victim = sorted(glob.glob(os.path.join(params.data_dir, "mid", "*." + ext)))[0]
   sf.write(victim, tone(3000.0, 0.5, 16000, seed=99), 16000, subtype="PCM_16")
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   warm = eval_waveforms(params)
   # FLAC: the changed file only, the other entries are reused. WAV: the split
   # is read again from source, which costs what reading entries would.
-  assert fill_lib.decode_count() - before == (1 if ext == "flac" else 36)
+  assert pipeline.PROCESS.decodes.count - before == (1 if ext == "flac" else 36)
   changed = [i for i in range(len(cold)) if not np.array_equal(cold[i], warm[i])]
   assert len(changed) == 1
   want = sf.read(victim, dtype="float32")[0]
@@ -131,15 +131,15 @@ def test_a_changed_file_gets_a_new_entry_not_a_stale_one(tmp_path, ext):
 def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tmp_path):
   params = params_for(tmp_path, "flac", validation_percent=99.9, testing_percent=0)
   entries = os.path.join(store_lib.Store.for_params(params).entries_dir, "*", "*.f32")
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   validation = eval_waveforms(params)
-  assert fill_lib.decode_count() - before == 36
+  assert pipeline.PROCESS.decodes.count - before == 36
   assert not glob.glob(entries)  # The split holds the clips once; no second copy.
   # A new split of some of the same files (another split percentage) decodes nothing.
   half = params.replace(validation_percent=50)
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   got = eval_waveforms(half)
-  assert fill_lib.decode_count() == before
+  assert pipeline.PROCESS.decodes.count == before
   assert len(markers(params)) == 2
   want = eval_waveforms(half.replace(cache_dir=str(tmp_path / "fresh")))
   assert 0 < len(want) < len(validation)
@@ -149,10 +149,10 @@ def test_a_written_split_keeps_no_entries_and_lends_its_clips_to_later_splits(tm
 def test_a_new_decode_parameter_gets_a_new_cache(tmp_path):
   params = params_for(tmp_path)
   eval_waveforms(params)
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   resampled = eval_waveforms(params.replace(sample_rate=8000, fmax=3800.0))
   assert resampled.shape[1] == 8000
-  assert fill_lib.decode_count() - before == len(resampled)
+  assert pipeline.PROCESS.decodes.count - before == len(resampled)
   assert len(os.listdir(params.cache_dir)) == 2
 
 
@@ -174,9 +174,9 @@ def test_a_killed_fill_is_never_taken_as_complete(tmp_path):
   assert proc.returncode == -signal.SIGKILL
   written = glob.glob(os.path.join(store_lib.Store.for_params(params).entries_dir, "*", "*.f32"))
   assert 0 < len(written) < 36 and not markers(params)
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   got = eval_waveforms(params)
-  assert fill_lib.decode_count() - before == 36 - len(written)  # It picks up where the kill left off.
+  assert pipeline.PROCESS.decodes.count - before == 36 - len(written)  # It picks up where the kill left off.
   ref = eval_waveforms(params.replace(cache_dir=str(tmp_path / "fresh")))
   np.testing.assert_array_equal(got, ref)
   assert len(markers(params)) == 1
@@ -215,10 +215,10 @@ def test_a_run_of_exactly_one_epoch_leaves_a_complete_cache(tmp_path):
   params = params_for(tmp_path, validation_percent=0, testing_percent=0)
   assert int(run_python(ONE_EPOCH, params.data_dir, params.cache_dir, 5)) % 5 != 0
   assert len(markers(params)) == 1  # 36 files, 7 batches of 5: the dropped tail was stored too.
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   for _ in audioclf.input_fn(params.replace(batch_size=5), "train").take(10):
     pass
-  assert fill_lib.decode_count() == before
+  assert pipeline.PROCESS.decodes.count == before
 
 
 def test_a_warm_train_split_starts_without_decoding_again(tmp_path):
@@ -226,9 +226,9 @@ def test_a_warm_train_split_starts_without_decoding_again(tmp_path):
   for _ in audioclf.input_fn(params, "train").take(12):
     pass
   store_lib.Store.for_params(params).wait_for_writers()  # Training writes the split in the background.
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   next(iter(audioclf.input_fn(params, "train")))
-  assert fill_lib.decode_count() == before  # The split is read as written: no file decoded again.
+  assert pipeline.PROCESS.decodes.count == before  # The split is read as written: no file decoded again.
 
 
 def held_split_writer(monkeypatch) -> tuple[threading.Event, threading.Event, threading.Event]:
@@ -321,10 +321,10 @@ def test_prune_deletes_what_went_unused_and_keeps_what_a_run_just_read(tmp_path)
   assert report["kept_splits"] == 1
   assert report["removed_files"] == 4  # The test split's marker, data, index and keys.
   assert len(markers(params)) == 1
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), validation)  # Still warm.
-  assert fill_lib.decode_count() == decoded
+  assert pipeline.PROCESS.decodes.count == decoded
   eval_waveforms(params, split="test")  # Refilled from the source files.
-  assert fill_lib.decode_count() > decoded
+  assert pipeline.PROCESS.decodes.count > decoded
   assert cache_maintenance.prune(params.cache_dir, days=3) == {
       "removed_files": 0, "freed_bytes": 0, "kept_splits": 2}

@@ -9,8 +9,10 @@ import soxr
 import tensorflow as tf
 
 import audioclf
-from audioclf.data import fill as fill_lib
-from audioclf.data import decode
+from audioclf.data import pipeline
+from audioclf.data import decode, decoders
+from audioclf.data import store as store_lib
+from audioclf.data.decoders import pcm16_wav
 from conftest import tone
 
 FORMATS = [  # (extension, soundfile format, subtype, endian)
@@ -65,14 +67,14 @@ def test_native_fast_path_is_taken_and_matches_soundfile(tmp_path):
   path = str(tmp_path / "x.wav")
   sf.write(path, tone(440.0, 0.25, 16000), 16000, subtype="PCM_16")
   contents = tf.io.read_file(path)
-  ok, samples = decode.native_wav(contents, 16000)
+  ok, samples = pcm16_wav.native_wav(contents, 16000)
   assert bool(ok)
   np.testing.assert_array_equal(samples.numpy(), sf.read(path, dtype="float32")[0])
-  np.testing.assert_array_equal(decode.read_native_wav(path), samples.numpy())
-  assert not bool(decode.native_wav(contents, 8000)[0])  # Needs resampling: soundfile path.
+  np.testing.assert_array_equal(pcm16_wav.decode(path, 16000), samples.numpy())
+  assert not bool(pcm16_wav.native_wav(contents, 8000)[0])  # Needs resampling: soundfile path.
   for subtype in ("PCM_24", "FLOAT"):
     sf.write(path, tone(440.0, 0.25, 16000), 16000, subtype=subtype)
-    assert not bool(decode.native_wav(tf.io.read_file(path), 16000)[0])
+    assert not bool(pcm16_wav.native_wav(tf.io.read_file(path), 16000)[0])
 
 
 @pytest.mark.parametrize("cut", [0, 10, 43, 44, 45, 1000])
@@ -83,8 +85,8 @@ def test_native_check_and_its_python_twin_agree(tmp_path, cut):
   data = data[:-cut] if cut else data
   open(path, "wb").write(data)
   for rate in (16000, 8000):
-    graph = bool(decode.native_wav(tf.io.read_file(path), rate)[0])
-    assert graph == decode.native_wav_header_ok(data[:44], len(data), rate)
+    graph = bool(pcm16_wav.native_wav(tf.io.read_file(path), rate)[0])
+    assert graph == pcm16_wav.header_ok(data[:44], len(data), rate)
     assert graph == (cut == 0 and rate == 16000)
 
 
@@ -151,9 +153,9 @@ def test_bad_file_is_skipped_logged_and_counted(tmp_path, bad_name, caplog):
   assert len(cold) == 6  # The six good files, not the bad one.
   assert any(bad_name in r.getMessage() and "skipping" in r.getMessage() for r in caplog.records)
   assert any("skipped 1 bad files of 7" in r.getMessage() for r in caplog.records)
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), cold)  # Warm: same six, no decoding.
-  assert fill_lib.decode_count() == decoded
+  assert pipeline.PROCESS.decodes.count == decoded
   train = audioclf.input_fn(params, "train", split="validation")  # Same split: warm, still skipped.
   assert sum(int(y.shape[0]) for _, y in train.take(9)) == 18
 
@@ -189,3 +191,48 @@ def test_a_split_mixing_native_wavs_and_other_files(tmp_path):
     got = eval_waveforms(params)
     for g, w in zip(got, want):
       np.testing.assert_array_equal(g[:len(w)], w[:len(g)])
+
+
+def test_a_file_gets_the_decoder_its_format_has():
+  assert decoders.for_path("/d/a/x.wav").name == "pcm16_wav"
+  assert decoders.for_path("/d/a/x.WAVE").name == "pcm16_wav"
+  for path in ("/d/a/x.flac", "/d/a/x.ogg", "/d/a/x"):
+    assert decoders.for_path(path).name == "libsndfile"
+  assert decoders.key() == ("libsndfile/1", "pcm16_wav/1")
+
+
+def test_a_new_format_is_one_registered_decoder(monkeypatch, tmp_path):
+  monkeypatch.setattr(decoders, "_REGISTERED", dict(decoders.registered()))
+  before = store_lib.Store(str(tmp_path), 16000, "HQ").decode_key
+  silent = decoders.register(decoders.Decoder(
+      "silence", 1, (".sil",), lambda path, rate, quality: np.zeros(rate, np.float32)))
+  assert decoders.for_path("/d/a/x.sil") is silent
+  np.testing.assert_array_equal(decode.decode_file("/d/a/x.sil", 8000), np.zeros(8000))
+  assert store_lib.Store(str(tmp_path), 16000, "HQ").decode_key != before
+  with pytest.raises(ValueError, match="both claim"):
+    decoders.register(decoders.Decoder("other", 1, (".sil",), silent.decode))
+  with pytest.raises(ValueError, match="both claim"):
+    decoders.register(decoders.Decoder("default", 1, (), silent.decode))
+
+
+def test_a_new_decoder_version_is_a_new_cache(monkeypatch, tmp_path):
+  """Bumping a decoder's version changes the key: the clips it decoded before are not served."""
+  paths = []
+  for label, freq in (("a", 440.0), ("b", 1000.0)):
+    os.makedirs(tmp_path / "d" / label)
+    paths.append(str(tmp_path / "d" / label / "s_nohash_0.flac"))
+    sf.write(paths[-1], tone(freq, 0.5, 16000), 16000)
+  params = audioclf.Params(data_dir=str(tmp_path / "d"), cache_dir=str(tmp_path / "c"),
+                           validation_percent=99.9, testing_percent=0, clip_seconds=0.5)
+  first = eval_waveforms(params)
+  old = store_lib.Store.for_params(params).root
+  decoded = pipeline.PROCESS.decodes.count
+  np.testing.assert_array_equal(eval_waveforms(params), first)  # Warm: nothing decoded.
+  assert pipeline.PROCESS.decodes.count == decoded
+  original = decoders.registered()["libsndfile"].decode
+  louder = decoders.Decoder("libsndfile", 2, (),
+                            lambda path, rate, quality: 0.5 * original(path, rate, quality))
+  monkeypatch.setitem(decoders._REGISTERED, "libsndfile", louder)  # pylint: disable=protected-access
+  assert store_lib.Store.for_params(params).root != old
+  np.testing.assert_array_equal(eval_waveforms(params), 0.5 * first)  # Decoded again, by v2.
+  assert pipeline.PROCESS.decodes.count == decoded + 2

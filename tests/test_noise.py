@@ -12,6 +12,7 @@ import audioclf
 from audioclf.data import decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.data import noise as noise_lib
 from conftest import write_tone_dataset
 
@@ -77,14 +78,14 @@ def test_noise_is_an_excerpt_at_the_drawn_level(noisy):
 
 
 def test_same_seed_same_batches_cold_and_warm_and_decoded_once(noisy):
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   cold = _batches(noisy, steps=6)  # Past the first epoch: the cold pass, then its warm cut.
   # 2 recordings + 30 training files, each decoded (or read from source) once.
-  decoded = fill_lib.decode_count() - before
+  decoded = pipeline.PROCESS.decodes.count - before
   train_files = len(manifest_lib.load(noisy).split("train"))
   assert decoded == 2 + train_files
   warm = _batches(noisy, steps=6)
-  assert fill_lib.decode_count() - before == decoded  # Nothing decoded again.
+  assert pipeline.PROCESS.decodes.count - before == decoded  # Nothing decoded again.
   for (wa, ya), (wb, yb) in zip(cold, warm):
     np.testing.assert_array_equal(wa, wb)
     np.testing.assert_array_equal(ya, yb)
@@ -169,9 +170,9 @@ def test_fill_fills_the_recordings_ahead(noisy):
   from audioclf.data import fill as fill_lib
   report = fill_lib.fill(noisy)
   assert report["noise"] == {"files": 2, "kept": 2, "decoded": 2, "was_cached": False}
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   _batches(noisy, steps=1)
-  assert fill_lib.decode_count() == before  # Training decodes nothing: all of it is cached.
+  assert pipeline.PROCESS.decodes.count == before  # Training decodes nothing: all of it is cached.
   assert "noise" not in fill_lib.fill(noisy.replace(noise_prob=0.0))
 
 

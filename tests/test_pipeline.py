@@ -286,6 +286,22 @@ def test_a_warm_dataset_built_again_is_reused_until_what_it_reads_changes(params
     np.testing.assert_array_equal(ya, yb)
 
 
+def test_a_caller_may_own_what_its_datasets_share(params):
+  from audioclf.data import pipeline  # pylint: disable=g-import-not-at-top
+  mine, shared = pipeline.Process(), pipeline.PROCESS.decodes.count
+  evaluation = pipeline.make_for_inference(params, process=mine)
+  files = len(manifest_lib.load(params).files("validation"))
+  assert sum(int(y.shape[0]) for _, y in evaluation) == files
+  assert mine.decodes.count == files  # The cold pass's decodes, counted where its caller keeps them.
+  assert pipeline.PROCESS.decodes.count == shared
+  warm = pipeline.make_for_inference(params, process=mine)
+  assert pipeline.make_for_inference(params, process=mine) is warm
+  assert pipeline.make_for_inference(params) is not warm  # Without a process nothing is kept.
+  assert audioclf.input_fn(params, "eval") is not warm  # input_fn's are the process's own.
+  assert audioclf.input_fn(params, "infer") is audioclf.input_fn(params, "eval")
+  assert mine.decodes.count == files
+
+
 def test_a_dataset_built_in_a_graph_is_never_reused(params):
   from audioclf.data import fill as fill_lib  # pylint: disable=g-import-not-at-top
   fill_lib.fill(params, ("train",))

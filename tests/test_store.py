@@ -15,6 +15,7 @@ import soundfile as sf
 import audioclf
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.data import store as store_lib
 from audioclf.data import cache_format, cache_maintenance, keys
 from conftest import tone, write_tone_dataset
@@ -86,10 +87,10 @@ def test_a_damaged_split_is_reported_and_refilled_never_served(tmp_path, caplog,
   clean = eval_waveforms(params)
   base = the_split(params)
   DAMAGE[damage](base)
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   got = eval_waveforms(params)  # Neither wrong clips nor a traceback: the clean clips again.
   np.testing.assert_array_equal(got, clean)
-  assert fill_lib.decode_count() - before == len(clean)  # Refilled from the source files.
+  assert pipeline.PROCESS.decodes.count - before == len(clean)  # Refilled from the source files.
   assert any("is damaged" in r.getMessage() for r in caplog.records)
   cache_format.check_files(base, open(cache_format.marker_path(base), "rb").read(), len(clean))
   np.testing.assert_array_equal(eval_waveforms(params), clean)
@@ -145,9 +146,9 @@ def test_damaged_entries_of_a_killed_fill_are_decoded_again_never_served(tmp_pat
   assert len(entries) == len(clean)
   for path in entries:
     flip_bytes(path, 64)
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params), clean)
-  assert fill_lib.decode_count() - before == len(clean)
+  assert pipeline.PROCESS.decodes.count - before == len(clean)
   assert sum("fails its checksum" in r.getMessage() for r in caplog.records) == len(clean)
   # And the split written from them holds the clean clips, under checksums that pass.
   assert cache_maintenance.verify(params.cache_dir)["damaged"] == []
@@ -212,9 +213,9 @@ def test_an_edit_that_puts_the_mtime_back_is_caught(tmp_path):
   st = os.stat(victim)
   sf.write(victim, tone(3000.0, 0.5, 16000, seed=99), 16000, subtype="PCM_16")
   os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   warm = eval_waveforms(params)
-  assert fill_lib.decode_count() - before == 1
+  assert pipeline.PROCESS.decodes.count - before == 1
   assert sum(not np.array_equal(a, b) for a, b in zip(cold, warm)) == 1
 
 
@@ -235,9 +236,9 @@ def test_a_dataset_copied_elsewhere_matches_its_cache(tmp_path):
   cold = eval_waveforms(params)
   copy = str(tmp_path / "elsewhere" / "data")
   shutil.copytree(params.data_dir, copy, copy_function=shutil.copyfile)  # Plain cp: new mtimes.
-  before = fill_lib.decode_count()
+  before = pipeline.PROCESS.decodes.count
   np.testing.assert_array_equal(eval_waveforms(params.replace(data_dir=copy)), cold)
-  assert fill_lib.decode_count() == before
+  assert pipeline.PROCESS.decodes.count == before
 
 
 def test_a_reader_while_a_writer_is_still_filling_decodes_or_waits_never_reads_half(tmp_path):

@@ -15,7 +15,7 @@ import types
 import pytest
 from absl import flags
 
-from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf import params as params_lib
 from audioclf.commands import flags as command_flags
 from audioclf.data import manifest as manifest_lib
@@ -156,12 +156,12 @@ def test_rerun_resumes_and_a_larger_max_trials_extends(search, tmp_path):
   assert again["best_hyperparameters"] == summary["best_hyperparameters"]
   assert os.path.getmtime(checkpoint) == 0  # The same best model, kept as it was.
 
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   more, _ = _quiet_tune(params.replace(max_trials=4))
   assert more["trials_run"] == 1 and more["trials"] == 4
   assert sorted(_records(tune_dir)) == ["0", "1", "2", "3"]
   # A fourth trial, perhaps at a new batch size or model, still reads the cache.
-  assert fill_lib.decode_count() == decoded
+  assert pipeline.PROCESS.decodes.count == decoded
   assert _records(tune_dir)["3"]["decoded"] == 0
 
 

@@ -1,7 +1,8 @@
 """The data: which files exist, decoding them once into the clip cache, and the input pipeline.
 
   manifest.py   which files exist, their labels and splits (folders or a CSV)
-  decode.py     soundfile + soxr decoding, the native WAV fast path, BadAudioError
+  decode.py     a file to samples by its format's decoder, and BadAudioError
+  decoders/     the decoders by format (a file each), their names and versions in the cache key
   keys.py       what a file is: content fingerprints, remembered by stat on this host
   pcm.py        PCM16 samples: their dtype and their scale to float32
   cache_format.py  the cache's files and names, a split as opened, and the checks it passes
@@ -14,7 +15,7 @@
   sampler.py    which clip comes when: pure functions of (seed, index); each batch's augmentations
   window.py     where a clip's window lies, how it is cut and labelled: one cut for every path
   augmentations/  the augmentations after the cache, a file each, and the order they run in
-  pipeline.py   input_fn: the assembly of the above
+  pipeline.py   input_fn: make_for_train and make_for_inference, the assembly of the above
   batches.py    the warm and served reads of a cached split, and the batching every read shares
   cold.py       the cold pass: each file decoded as the first epoch reaches it, the split written
   recent.py     Recent: a bounded memo of the last values, by key (input_fn's built datasets)
@@ -22,5 +23,6 @@
   exit_guard.py ending a process with a pipeline that runs Python in it
   graph_errors.py  a bad file or a full cache met in the pipeline's Python, carried out as a value
 
-`manifest`, `keys`, `pcm`, `cache_format`, `store` and `cache_maintenance` need no TensorFlow.
+`manifest`, `keys`, `pcm`, `decode`, `decoders`, `cache_format`, `store` and `cache_maintenance`
+need no TensorFlow (a decoder's graph twin imports it when asked for).
 """

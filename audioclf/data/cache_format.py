@@ -15,8 +15,8 @@ Layout under `cache_dir` (numpy only; no TensorFlow):
 
 Keys are content, not places: an entry's key is its file's content
 fingerprint (`keys.Fingerprints`), a split's key hashes its files'
-fingerprints in order, and the decode key hashes every decode parameter and
-the format version. A copied dataset finds its cache; an edited file gets a
+fingerprints in order, and the decode key hashes every decode parameter,
+the format version and every decoder's name and version (`decoders.key`). A copied dataset finds its cache; an edited file gets a
 new entry and its split a new key.
 
 Opening a split (`Store.open`, `check_files`) checks the marker's schema, version and

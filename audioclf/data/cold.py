@@ -1,7 +1,7 @@
 """The cold pass of input_fn: each file decoded as the first epoch reaches it, the split written.
 
   cold (first pass): rows and draws a batch at a time -> each file decoded
-      (canonical WAVs natively, the rest through soundfile in a
+      (by its format's decoder: canonical WAVs natively, the rest in a
       numpy_function) -> window -> batch; the batch that completes the first
       epoch's whole batches starts writing the split as it is drawn, and
       training goes on meanwhile: the next batches read each file's source
@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from audioclf.data import batches as batches_lib
-from audioclf.data import decode, exit_guard, graph_errors
+from audioclf.data import decoders, exit_guard, graph_errors
 from audioclf.data import window as window_lib
 from audioclf.data.fill import Fill
 from audioclf.data.sampler import Sampler
@@ -116,30 +115,37 @@ def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor, bat
 
 
 def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor]:
-  """decode_file(row): float32 samples of the row-th file of `fill`, decoded (cold) in the graph."""
+  """decode_file(row): float32 samples of the row-th file of `fill`, decoded (cold) in the graph.
+
+  A file whose decoder has a graph twin (`decoders.Decoder.graph`: canonical
+  PCM16 WAVs) is read and decoded natively, in parallel and without the GIL,
+  where the twin takes it; every other file, and one the twin declines,
+  through its decoder in Python (`Fill.decode`).
+  """
   paths = tf.constant([e.path for e in fill.examples])
-  # Only a .wav can take the native path; knowing that here saves ops per file.
-  wav = np.array([os.path.splitext(e.path)[1].lower() in (".wav", ".wave") for e in fill.examples])
-  maybe_native = tf.constant(wav)
+  chosen = [decoders.for_path(e.path) for e in fill.examples]
+  twins = {d.name: d.graph for d in chosen if d.graph is not None}
+  # One twin for the split's files (a mix of several leaves the others to Python).
+  name, twin = next(iter(twins.items()), (None, None))
+  # Knowing here which rows may take it saves ops per file.
+  native = np.array([d.name == name for d in chosen])
+  maybe_native = tf.constant(native)
 
   def read(row):
-    if wav.all():
+    if native.all():
       return tf.io.read_file(tf.gather(paths, row))
     return tf.cond(tf.gather(maybe_native, row), lambda: tf.io.read_file(tf.gather(paths, row)),
                    lambda: tf.constant(b""))
 
-  def soundfile_decode(row):
+  def in_python(row):
     return graph_errors.numpy_call(fill.decode, [row], tf.float32)
 
   def decode_file(row):
-    # Canonical PCM16 mono WAVs at the target rate decode natively, in
-    # parallel and without the GIL; everything else (FLAC, other rates,
-    # multichannel, anything odd or broken) goes through soundfile + soxr.
-    if wav.any():
-      native, samples = decode.traced_native_wav(params.sample_rate)(read(row))
+    if native.any():
+      ok, samples = twin(params.sample_rate)(read(row))
       samples.set_shape([None])
-      return tf.cond(native, lambda: samples, lambda: soundfile_decode(row))
-    return soundfile_decode(row)
+      return tf.cond(ok, lambda: samples, lambda: in_python(row))
+    return in_python(row)
 
   return decode_file
 

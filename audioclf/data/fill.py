@@ -6,7 +6,7 @@ methods then run on tf.data's threads, through tf.numpy_function) or `fill()`
 decodes files as they are asked for, and `finish` decodes whatever is left,
 writes the split (`store.Store.write_split`) and marks it complete. All of
 its state is its own: nothing here outlives the objects its caller holds,
-but the count of decodes this process made (`decode_count`, a metric).
+and the count of its decodes goes to the `Decodes` its caller hands it.
 
   python -m audioclf cache --flagfile=...   # fill() every split, with a progress bar
 """
@@ -25,35 +25,39 @@ from absl import logging
 from audioclf.data import cache_format, decode
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import store as store_lib
+from audioclf.data.decoders import pcm16_wav
 from audioclf.data.manifest import Example, Manifest
 from audioclf.params import SPLITS, Params
 
-# Files decoded from their source in this process: a metric that tests, the
-# tuner and the cache command read; no decision depends on it.
-_decodes_lock = threading.Lock()
-_decoded = [0]
 
+class Decodes:
+  """A count of files decoded from their source (not read from the cache): a metric, shared by threads.
 
-def _count_decodes(n: int = 1) -> None:
-  with _decodes_lock:
-    _decoded[0] += n
-
-
-def decode_count() -> int:
-  """Files this process decoded from their source (not read from the cache) so far.
-
-  Counts soundfile decodes as they happen and canonical WAVs when a fill
-  writes its split (it reads those from source again there).
+  Counts decodes as they happen, and canonical WAVs when a fill writes its
+  split (it reads those from source again there). No decision depends on it.
   """
-  return _decoded[0]
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._count = 0
+
+  def add(self, n: int = 1) -> None:
+    with self._lock:
+      self._count += n
+
+  @property
+  def count(self) -> int:
+    return self._count
 
 
 class Fill:
   """One pass that fills a split: decodes files as they are asked for, then writes the split."""
 
   def __init__(self, store: store_lib.Store, examples: Sequence[Example],
-               fingerprints: Sequence[str], params: Params, base: Optional[str] = None):
+               fingerprints: Sequence[str], params: Params, base: Optional[str] = None,
+               decodes: Optional[Decodes] = None):
     self.store, self.params = store, params
+    self.decodes = decodes or Decodes()  # The caller's count, where it keeps one.
     self.examples, self.fingerprints = list(examples), list(fingerprints)
     self.base = base or store.split_base(self.fingerprints)
     self.split: Optional[cache_format.Split] = None
@@ -120,7 +124,7 @@ class Fill:
           self._logged.add(e.path)
           logging.warning("audioclf: skipping bad audio file %s: %s", e.path, e.reason)
       samples = np.zeros(0, np.float32)
-    _count_decodes()
+    self.decodes.add()
     try:
       self.store.write_entry(fp, samples)
     except cache_format.CacheWriteError:
@@ -228,14 +232,7 @@ class Fill:
   def _native_words(self, row: int, header_only: bool = False) -> Optional[bytes]:
     """The sample bytes of a canonical PCM16 WAV at the target rate (b"" with header_only), else None."""
     example = self.examples[row]
-    try:
-      with open(example.path, "rb") as f:
-        head = f.read(decode.HEADER_BYTES)  # One open per file: header, then samples.
-        if decode.native_wav_header_ok(head, example.size, self.params.sample_rate):
-          return b"" if header_only else f.read()
-    except OSError:
-      pass  # Decoding says what is wrong with it, or skips it.
-    return None
+    return pcm16_wav.words(example.path, example.size, self.params.sample_rate, header_only)
 
   def _source(self, row: int, dtype: str) -> np.ndarray:
     """The clip of `row` as the split stores it; raises NotNative for int16 of a non-canonical file."""
@@ -244,7 +241,7 @@ class Fill:
     data = self._native_words(row)
     if data is None:
       raise cache_format.NotNative(self.examples[row].path)
-    _count_decodes()  # Read from source again just now.
+    self.decodes.add()  # Read from source again just now.
     return np.frombuffer(data, cache_format.PCM16)
 
   # --- Reading the written split (a cold run's later epochs).
@@ -301,19 +298,19 @@ class Fill:
     if known is not None:
       return known
     if self._native_words(row, header_only=True) is not None:  # Its size says it.
-      return (self.examples[row].size - decode.HEADER_BYTES) // 2
+      return (self.examples[row].size - pcm16_wav.HEADER_BYTES) // 2
     return len(self.decode(row))
 
   def _clip(self, row: int, counted: bool = False) -> np.ndarray:
     """float32 samples of `row` as a split holds them: canonical PCM16 words scaled, else decoded.
 
-    `counted`: a canonical WAV's read counts as a decode (`decode_count`), as the writer's do.
+    `counted`: a canonical WAV's read counts as a decode (`decodes`), as the writer's do.
     """
     data = self._native_words(row)
     if data is None:
       return self.decode(row)  # Its entry, the complete split, or decoded (bad: none, skipped).
     if counted:
-      _count_decodes()  # Read from source again just now.
+      self.decodes.add()  # Read from source again just now.
     # PCM16 to float32 times a power of two: exact, the bits Split.windows gives.
     return np.frombuffer(data, cache_format.PCM16).astype(np.float32) * cache_format.PCM16_SCALE
 
@@ -350,7 +347,7 @@ class Fill:
 
 
 def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Manifest] = None,
-         progress: bool = False) -> dict[str, dict]:
+         progress: bool = False, decodes: Optional[Decodes] = None) -> dict[str, dict]:
   """Fills every split in `splits` into the cache now; returns per-split counts.
 
   Training fills the cache during its first epoch anyway; this is for filling
@@ -360,6 +357,13 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
   the params mix them in (noise_prob or silence_percent), and the impulse
   responses of --rir_dir (`Manifest.rirs`), as "rir", where reverb_prob is set.
 
+  Args:
+    params: the run's parameters.
+    splits: the splits to fill.
+    manifest: a manifest already loaded from `params`.
+    progress: a progress bar per split.
+    decodes: where the decodes are counted too (the caller's count), if anywhere.
+
   Returns:
     {split: {"files": n, "kept": n, "decoded": n, "was_cached": bool}}.
 
@@ -367,6 +371,7 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
     decode.BadAudioError: a bad file under on_bad_file="fail".
     OSError: the cache could not be written (a full disk): nothing of it is left behind.
   """
+  decodes = decodes or Decodes()
   manifest = manifest or manifest_lib.load(params)
   store = store_lib.Store.for_params(params)
   store.prepare()
@@ -379,27 +384,28 @@ def fill(params: Params, splits: Sequence[str] = SPLITS, manifest: Optional[Mani
   for split, examples in groups:
     if not examples:
       continue
-    before = decode_count()
-    opened, job = fill_examples(store, examples, params, progress, split)
+    before = decodes.count
+    opened, job = fill_examples(store, examples, params, progress, split, decodes=decodes)
     was_cached = not job.filled
     report[split] = {"files": len(examples),
                      "kept": len(examples) - len(opened.skipped) if opened else None,
-                     "decoded": decode_count() - before, "was_cached": was_cached}
+                     "decoded": decodes.count - before, "was_cached": was_cached}
   return report
 
 
 def fill_examples(store: store_lib.Store, examples: Sequence[Example], params: Params,
                   progress: bool = False, name: str = "",
-                  read_only_decode: bool = True) -> tuple[Optional[cache_format.Split], Fill]:
+                  read_only_decode: bool = True, decodes: Optional[Decodes] = None,
+                  ) -> tuple[Optional[cache_format.Split], Fill]:
   """The split of `examples`, opened, filled first unless it is cached; and its Fill.
 
   The split is None where the cache is read-only; the files are then decoded
   (and lost) now, unless `read_only_decode` is False: the caller decodes them
-  through the Fill as it needs them.
+  through the Fill as it needs them. `decodes`: the caller's count of them.
   """
   fingerprints = store.fingerprints.of(examples)
   base = store.split_base(fingerprints)
-  job = Fill(store, examples, fingerprints, params, base)
+  job = Fill(store, examples, fingerprints, params, base, decodes)
   opened = store.open(base, len(examples))
   if opened is None and (read_only_decode or store.writable):
     if progress:

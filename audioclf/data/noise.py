@@ -90,20 +90,20 @@ class Recordings:
 
   @classmethod
   def load(cls, params: Params, examples: Sequence[Example], name: str = "noise",
-           ) -> Optional["Recordings"]:
+           decodes: Optional[fill_lib.Decodes] = None) -> Optional["Recordings"]:
     """The recordings of `examples` from the cache (filled first if need be); None without any.
 
     A recording skipped as bad (on_bad_file="skip") is left out, with a
     warning; when none is left, the sampler falls back to what it draws
     itself (white noise; synthetic impulse responses). `name` is the cache
-    split's ("noise", "rir").
+    split's ("noise", "rir"); `decodes`, the caller's count of files decoded.
     """
     if not examples:
       return None
     store = store_lib.Store.for_params(params)
     store.prepare()
     split, job = fill_lib.fill_examples(store, examples, params, name=name,
-                                        read_only_decode=False)
+                                        read_only_decode=False, decodes=decodes)
     if split is not None:
       keep = np.flatnonzero(split.kept)
       offsets, lengths = split.offsets[keep], split.lengths[keep]

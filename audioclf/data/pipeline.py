@@ -1,9 +1,13 @@
 """`input_fn`: the one tf.data pipeline that feeds the Estimator, Keras fit and the tuner.
 
-Assembly only: which clips and draws come when is `sampler`, the cache files
-and their checks are `store`, decoding and writing a split is `fill`; a
-cached split is read by `batches` (warm, or served by a tf.data service),
-an uncached one by `cold`, which writes it as the first epoch passes.
+Two builders, each a run of steps: `make_for_train` (served, warm or cold
+batches of the sampler's rows and draws) and `make_for_inference` (every
+clip once, in order); input_fn picks one by mode. Assembly only: which
+clips and draws come when is `sampler`, the cache files and their checks
+are `store`, decoding and writing a split is `fill`; a cached split is read
+by `batches` (warm, or served by a tf.data service), an uncached one by
+`cold`, which writes it as the first epoch passes; every path cuts its
+windows with `window`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.data import noise, rir
 from audioclf.data import service as dataservice
 from audioclf.data import store as store_lib
-from audioclf.data.fill import Fill, fill
+from audioclf.data.fill import Decodes, Fill, fill
 from audioclf.data.manifest import Manifest
 from audioclf.data.recent import Recent
 from audioclf.data.sampler import Sampler
@@ -30,7 +34,35 @@ from audioclf.params import MODES, ParamError, Params
 _DEFAULT_SPLIT = {"train": "train", "eval": "validation", "infer": "validation"}
 
 
-def _reuse_key(params, mode, manifest, rows, first_batch, shard, native_read,
+class Process:
+  """What input_fn's datasets share in a process: the last warm ones built, and the files decoded.
+
+  input_fn's callers (the Estimator, Keras' fit and evaluate, every tuner
+  trial) hold nothing between calls, so the process owns these (`PROCESS`)
+  and input_fn hands them to the builders; a caller that wants another
+  lifetime calls the builders with its own.
+
+  `datasets`: the last few warm datasets built eagerly, by everything they
+  depend on (`_reuse_key`: the fields of params the data layer reads, so
+  tuner trials that change only the model or the optimizer share one; the
+  builder, split, start and shard; the split's content key and data file, a
+  refilled split being another file; the recordings' fingerprints), so a
+  changed file, flag or cache builds anew. A dataset is a description, not a
+  running pipeline: each `iter` of it starts its own, so handing one out
+  twice is safe; a graph's dataset belongs to that graph and is not kept.
+  `decodes`: the files the builders' passes and `fill_cache` decoded from
+  their source (a metric: the tuner's records, the tests).
+  """
+
+  def __init__(self, size: int = 8):
+    self.datasets = Recent(size)
+    self.decodes = Decodes()
+
+
+PROCESS = Process()
+
+
+def _reuse_key(params, split, manifest, rows, first_batch, shard, native_read,
                mixes_noise, reverberates):
   """What names a warm eager dataset for reuse, or None when it cannot be reused."""
   if (rows.cached is None or params.data_service or not isinstance(first_batch, int)
@@ -39,7 +71,7 @@ def _reuse_key(params, mode, manifest, rows, first_batch, shard, native_read,
   # The same warm dataset again (Keras' evaluate, every tuner trial, a
   # loop of fits): reuse the one built, which saves its construction.
   fingerprints = rows.store.fingerprints.of
-  return (params.data_key(), mode, rows.name, first_batch, shard, native_read, rows.base,
+  return (params.data_key(), split, rows.name, first_batch, shard, native_read, rows.base,
           rows.cached.identity, rows.labels.tobytes(),
           tuple(fingerprints(manifest.noise)) if mixes_noise else (),
           tuple(fingerprints(manifest.rirs)) if reverberates else ())
@@ -50,31 +82,26 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
              seed_offset: Union[None, int, tf.Tensor] = None,
              shard: Optional[tuple[int, int]] = None,
              native_read: bool = False) -> tf.data.Dataset:
-  """The dataset for `mode`: `(features, labels)` batches, prefetched.
+  """The dataset for `mode`: `make_for_train`'s, or for "eval" and "infer" `make_for_inference`'s.
 
   Mode "train" reads the train split, shuffled and repeated forever; "eval"
   and "infer" read the validation split (or `split`) once, in a fixed order.
   Decoded clips come from the persistent cache; the first pass over a split
   decodes and fills it, every later call and process reads it. With a
   shuffle seed, batch k is the same bits whether the cache was cold or warm,
-  and whatever the parallelism (see `sampler`).
+  and whatever the parallelism (see `sampler`). A warm dataset built again
+  with what it reads unchanged is the one built before (`PROCESS`).
 
   Args:
     params: the run's parameters.
     mode: "train", "eval" or "infer" (tf.estimator.ModeKeys values).
     split: "train", "validation" or "test"; defaults by mode as above.
     manifest: a manifest already loaded from `params` (saves a folder scan).
-    seed_offset: the training step to start at: a resumed run at step k gets
-      the batches k, k+1, ... of the run it resumes. Default: the global step
-      when called inside a graph that has one (as tf.estimator does), else 0.
-      The Keras engine passes its initial step.
-    shard: (index, count): read only this share of the file order, every
-      count-th file from `index` on (of each epoch's permutation in
-      training), chosen before anything is read, as each worker of a cluster
-      does. The split must be in the cache already (`fill_cache`).
-    native_read: on a warm cache, cut windows with native ops only, no Python
-      in the graph (what a tf.data service worker needs), at about half the
-      speed of the default cut (one numpy call per batch). The same bits.
+    seed_offset: in training, the step to start at (`make_for_train`).
+    shard: (index, count): read only this share of the file order
+      (`make_for_train`, `make_for_inference`).
+    native_read: on a warm cache, cut windows with native ops only (a tf.data
+      service worker's need), at about half the speed of the default cut. The same bits.
 
   Returns:
     A tf.data.Dataset of ({"waveform": float32 [batch, clip_samples]},
@@ -90,32 +117,112 @@ def input_fn(params: Params, mode: str, split: Optional[str] = None,
   """
   if mode not in MODES:
     raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+  if mode == "train":
+    return make_for_train(params, split or _DEFAULT_SPLIT[mode], manifest, seed_offset, shard,
+                          native_read, PROCESS)
+  return make_for_inference(params, split or _DEFAULT_SPLIT[mode], manifest, shard,
+                            native_read, PROCESS)
+
+
+def make_for_train(params: Params, split: str = "train", manifest: Optional[Manifest] = None,
+                   seed_offset: Union[None, int, tf.Tensor] = None,
+                   shard: Optional[tuple[int, int]] = None, native_read: bool = False,
+                   process: Optional[Process] = None) -> tf.data.Dataset:
+  """Training batches of `split`, shuffled and repeated forever: batch k is the sampler's k.
+
+  Args: as `input_fn`'s, and
+    seed_offset: the training step to start at: a resumed run at step k gets
+      the batches k, k+1, ... of the run it resumes. Default: the global step
+      when called inside a graph that has one (as tf.estimator does), else 0.
+      The Keras engine passes its initial step.
+    shard: (index, count): every count-th file of each epoch's permutation
+      from `index` on, chosen before anything is read, as each worker of a
+      cluster does. The split must be in the cache already (`fill_cache`).
+    process: where warm datasets are kept for reuse and decodes counted, if
+      anywhere (`Process`).
+  """
   params.validate()
   manifest = manifest or manifest_lib.load(params)
-  rows = _SplitRows.of(params, manifest, split or _DEFAULT_SPLIT[mode])
-  training = mode == "train"
-  first_batch = _first_batch(seed_offset) if training else 0
-  mixes_noise = manifest.noise and ((training and params.noise_prob > 0)
-                                    or rows.silence is not None)
-  reverberates = manifest.rirs and training and params.reverb_prob > 0
-  reuse = _reuse_key(params, mode, manifest, rows, first_batch, shard, native_read,
-                     mixes_noise, reverberates)
-  if reuse is not None:
-    ds = _BUILT.get(reuse)
-    if ds is not None:
-      return ds
-  sampler = Sampler(params, len(rows.examples), shard,
-                    noise.Recordings.load(params, manifest.noise) if mixes_noise else None,
-                    rows.silence, labels=rows.labels, num_classes=len(manifest.labels),
-                    rirs=rir.load(params, manifest.rirs) if reverberates else None)
-  if training:
-    _check_training(params, manifest, rows, shard, sampler)
-  ds = _unprefetched(params, rows, sampler, training, first_batch, native_read)
+  rows = _SplitRows.of(params, manifest, split)
+  first_batch = _first_batch(seed_offset)
+  mixes_noise = manifest.noise and (params.noise_prob > 0 or rows.silence is not None)
+  reverberates = manifest.rirs and params.reverb_prob > 0
+  built = process.datasets if process else None
+  reuse = built is not None and _reuse_key(params, "train", manifest, rows, first_batch, shard,
+                                           native_read, mixes_noise, reverberates)
+  found = built.get(reuse) if reuse else None
+  if found is not None:
+    return found
+  decodes = process.decodes if process else None
+  sampler = _sampler(params, manifest, rows, shard, mixes_noise, reverberates, decodes)
+  _check_training(params, manifest, rows, shard, sampler)
+  if params.data_service:
+    # The service's workers cut (and augment) each batch: the trainer only receives them.
+    ds = batches_lib.served(params, rows.cached, rows.labels, sampler, first_batch)
+  elif rows.cached is not None:
+    # Warm: batch k's windows cut out of the memory-mapped split.
+    warm = batches_lib.warm_native if native_read else batches_lib.warm
+    ds = warm(params, rows.cached, rows.labels, sampler, True, first_batch)
+  else:
+    # Cold: each file decoded as the first epoch reaches it; the split written as it ends.
+    ds = _cold(params, rows, sampler, True, first_batch, decodes)
+  return _prefetched(params, ds, sampler, True, built, reuse)
+
+
+def make_for_inference(params: Params, split: str = "validation",
+                       manifest: Optional[Manifest] = None,
+                       shard: Optional[tuple[int, int]] = None, native_read: bool = False,
+                       process: Optional[Process] = None) -> tf.data.Dataset:
+  """Every clip of `split` once, in the split's order, its window at the centre.
+
+  Args: as `input_fn`'s, and
+    shard: (index, count): every count-th file from `index` on; the split
+      must be in the cache already (`fill_cache`).
+    process: where warm datasets are kept for reuse and decodes counted, if
+      anywhere (`Process`).
+  """
+  params.validate()
+  manifest = manifest or manifest_lib.load(params)
+  rows = _SplitRows.of(params, manifest, split)
+  # Only _silence_ clips take noise at inference; nothing reverberates.
+  mixes_noise = manifest.noise and rows.silence is not None
+  built = process.datasets if process else None
+  reuse = built is not None and _reuse_key(params, "inference", manifest, rows, 0, shard,
+                                           native_read, mixes_noise, False)
+  found = built.get(reuse) if reuse else None
+  if found is not None:
+    return found
+  decodes = process.decodes if process else None
+  sampler = _sampler(params, manifest, rows, shard, mixes_noise, False, decodes)
+  if rows.cached is not None:
+    # Warm: each clip's window cut out of the memory-mapped split.
+    warm = batches_lib.warm_native if native_read else batches_lib.warm
+    ds = warm(params, rows.cached, rows.labels, sampler, False, 0)
+  else:
+    # Cold: each file decoded in turn; the split written as the pass ends.
+    ds = _cold(params, rows, sampler, False, 0, decodes)
+  return _prefetched(params, ds, sampler, False, built, reuse)
+
+
+def _sampler(params: Params, manifest: Manifest, rows: "_SplitRows",
+             shard: Optional[tuple[int, int]], mixes_noise, reverberates,
+             decodes: Optional[Decodes]) -> Sampler:
+  """The sampler of `rows`, with the recordings it mixes in (cached first where they are not)."""
+  recordings = (noise.Recordings.load(params, manifest.noise, decodes=decodes)
+                if mixes_noise else None)
+  return Sampler(params, len(rows.examples), shard, recordings, rows.silence,
+                 labels=rows.labels, num_classes=len(manifest.labels),
+                 rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None)
+
+
+def _prefetched(params: Params, ds: tf.data.Dataset, sampler: Sampler, training: bool,
+                built: Optional[Recent], reuse) -> tf.data.Dataset:
+  """`ds` prefetched, with the pipeline's options; kept in `built` under `reuse`, where given."""
   # Prefetch last: the next batches are prepared while the model trains on this one.
   ds = ds.prefetch(batches_lib.AUTOTUNE).with_options(
       batches_lib.options(params, training, sampler.augments(training)))
-  if reuse is not None:
-    _BUILT.put(reuse, ds)
+  if reuse:
+    built.put(reuse, ds)
   return ds
 
 
@@ -166,21 +273,16 @@ class _SplitRows:
                store, fingerprints, base, store.open(base, len(files)))
 
 
-def _unprefetched(params: Params, rows: _SplitRows, sampler: Sampler, training: bool,
-                  first_batch, native_read: bool) -> tf.data.Dataset:
-  """input_fn's batches before the last prefetch: served, warm, or a cold first pass."""
-  if training and params.data_service:
-    return batches_lib.served(params, rows.cached, rows.labels, sampler, first_batch)
-  if rows.cached is not None:
-    warm = batches_lib.warm_native if native_read else batches_lib.warm
-    return warm(params, rows.cached, rows.labels, sampler, training, first_batch)
+def _cold(params: Params, rows: _SplitRows, sampler: Sampler, training: bool,
+          first_batch, decodes: Optional[Decodes]) -> tf.data.Dataset:
+  """The cold pass over `rows`, which fills the split as it goes (`cold`)."""
   if sampler.shard[1] > 1:
     # The cold pass writes the split from the files it decodes: a share of them cannot.
     raise manifest_lib.DataError(
         f"{_named(params, rows.name)} is not in the cache {rows.store.root!r} yet, and a "
         "sharded reader needs it there: fill it first (pipeline.fill_cache, or python -m "
         "audioclf cache --flagfile=...)")
-  job = Fill(rows.store, rows.files, rows.fingerprints, params, rows.base)
+  job = Fill(rows.store, rows.files, rows.fingerprints, params, rows.base, decodes)
   return cold_lib.cold(params, job, rows.labels, sampler, training, first_batch)
 
 
@@ -224,26 +326,15 @@ def element_spec(params: Params, mode: str, num_classes: int) -> tuple:
   return {"waveform": tf.TensorSpec([None, params.clip_samples], tf.float32)}, labels
 
 
-# The last few warm datasets input_fn built in this process, by everything they
-# depend on. A dataset is a description, not a running pipeline: each `iter`
-# of it starts its own, so handing one out twice is safe. Its key holds the
-# fields of params the data layer reads (`Params.data_key`: tuner trials that
-# change only the model or the optimizer share a dataset), mode, split, start,
-# shard, the split's content key and data file (a refilled split is another
-# file) and the noise recordings' fingerprints, so a changed file, flag or
-# cache builds anew; building traces every function of the pipeline. Only
-# eagerly built datasets are kept (a graph's belongs to that graph).
-_BUILT = Recent(size=8)
-
-
 def fill_cache(params: Params, manifest: Manifest,
                splits: Sequence[str] = ("train", "validation")) -> int:
-  """`fill` of `splits`; returns the number of files decoded.
+  """`fill` of `splits`; returns the number of files decoded (counted in `PROCESS` too).
 
   For readers that need a whole split cached before they start: tuner trials
   shorter than an epoch, and the sharded readers of a cluster's workers.
   """
-  return sum(r["decoded"] for r in fill(params, splits, manifest).values())
+  return sum(r["decoded"] for r in fill(params, splits, manifest,
+                                        decodes=PROCESS.decodes).values())
 
 
 def cached_clips(params: Params, manifest: Manifest, split: str) -> int:

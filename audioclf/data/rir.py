@@ -12,16 +12,18 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from audioclf.data.fill import Decodes
 from audioclf.data.manifest import Example
 from audioclf.data.noise import Recordings
 from audioclf.params import Params
 
 
-def load(params: Params, examples: Sequence[Example]) -> Optional[Recordings]:
+def load(params: Params, examples: Sequence[Example],
+         decodes: Optional[Decodes] = None) -> Optional[Recordings]:
   """The impulse responses of `examples` from the cache (filled first if need be), or None.
 
   None without any usable file: then the sampler makes synthetic ones.
   """
-  recordings = Recordings.load(params, examples, name="rir")
+  recordings = Recordings.load(params, examples, name="rir", decodes=decodes)
   return recordings.from_peaks(params.clip_samples) if recordings is not None else None
 

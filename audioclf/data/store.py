@@ -23,7 +23,7 @@ import numpy as np
 from absl import logging
 
 from audioclf import files
-from audioclf.data import cache_format
+from audioclf.data import cache_format, decoders
 from audioclf.data import keys as keys_lib
 from audioclf.data.cache_format import (ENTRY, FLOAT32, FORMAT, KEYS, PCM16, SCHEMA,
                                         SKIPPED_LENGTH, CacheWriteError, DamagedSplitError,
@@ -51,8 +51,10 @@ class Store:
 
   def __init__(self, cache_dir: Optional[str], sample_rate: int, resample_quality: str,
                fingerprints: Optional[keys_lib.Fingerprints] = None):
+    # Every decoder's name and version: a new version decodes into a new folder (entries and
+    # splits alike), so no clip an older one decoded is served.
     self.decode_key = keys_lib.digest("decode", FORMAT, "sr", sample_rate, "q", resample_quality,
-                                      "mono")
+                                      "mono", *decoders.key())
     self.cache_dir = cache_dir or keys_lib.default_cache_dir()
     self.root = os.path.join(self.cache_dir, self.decode_key)
     self.entries_dir = os.path.join(self.root, "entries")

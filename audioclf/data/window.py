@@ -3,7 +3,7 @@
 The cold pass (a decoded clip), the warm cuts (the memory-mapped split, per
 example or, in numpy, per batch), a tf.data service worker and predict all
 place a window with `start` and label it with `labels`; the TensorFlow paths
-cut it with `cut`, the numpy one with its twin `store.cut_windows` (the same
+cut it with `cut`, the numpy one with its twin `cache_format.cut_windows` (the same
 copy: the same bits).
 """
 

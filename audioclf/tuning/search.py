@@ -17,7 +17,6 @@ from absl import logging
 
 from audioclf import params as params_lib
 from audioclf.compat import keras
-from audioclf.data import fill as fill_lib
 from audioclf.data import manifest as manifest_lib
 from audioclf.data import pipeline
 from audioclf.data.manifest import Manifest
@@ -61,7 +60,7 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
                     params.embedding_views)
   tune_dir = _tune_dir(params)
   start = time.perf_counter()
-  decoded = fill_lib.decode_count()
+  decoded = pipeline.PROCESS.decodes.count
   manifest = manifest_lib.load(params)
   _fill_cache(params, manifest)
   with _collections_skip_what_is_there():
@@ -85,7 +84,7 @@ def tune(params: Params, verbose: int = 1) -> dict[str, Any]:
       "trials": len(trials),
       "completed": len(completed),
       "trials_run": tuner.trials_run,
-      "decoded": fill_lib.decode_count() - decoded,
+      "decoded": pipeline.PROCESS.decodes.count - decoded,
       "wall_seconds": round(time.perf_counter() - start, 1),
       "tune_dir": tune_dir,
       "best_flags": best_flags,

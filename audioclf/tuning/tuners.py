@@ -15,7 +15,7 @@ from absl import logging
 
 from audioclf import compat, files
 from audioclf.compat import private
-from audioclf.data import fill as fill_lib
+from audioclf.data import pipeline
 from audioclf.engines import common as engines_common
 from audioclf.params import TUNERS, Params
 from audioclf.tuning.hypermodel import AudioHyperModel
@@ -38,7 +38,8 @@ class _TrialHooks:
     super().__init__(*args, **kwargs)
 
   def on_trial_begin(self, trial):
-    self._begin = (time.perf_counter(), fill_lib.decode_count(), compat.trial_gradient_names())
+    self._begin = (time.perf_counter(), pipeline.PROCESS.decodes.count,
+                   compat.trial_gradient_names())
     self.hypermodel.last_fit = None
     super().on_trial_begin(trial)
 
@@ -46,7 +47,7 @@ class _TrialHooks:
     start, decoded, gradients = self._begin
     compat.forget_trial_gradients(keep=gradients)
     gc.collect()
-    record = {"decoded": fill_lib.decode_count() - decoded,
+    record = {"decoded": pipeline.PROCESS.decodes.count - decoded,
               "seconds": round(time.perf_counter() - start, 2),
               "rss_mb": round(_rss_mb(), 1), **_fit_record(self.hypermodel)}
     with open(os.path.join(self.get_trial_dir(trial.trial_id), TRIAL_RECORD), "w") as f:
