@@ -19,9 +19,9 @@ from test_your_model import ROOT, _env
 import warm
 
 
-def detector(threshold=0.5, smoothing=1, refractory=0, warmup=0):
+def detector(threshold=0.5, smoothing=1, refractory=0, warmup=0, labels="all"):
   return detector_lib.Detector(["_silence_", "yes", "no"], threshold, smoothing, refractory,
-                               hop_seconds=0.08, warmup_hops=warmup)
+                               hop_seconds=0.08, warmup_hops=warmup, refractory_labels=labels)
 
 
 def test_a_label_fires_where_its_smoothed_probability_reaches_the_threshold():
@@ -35,6 +35,16 @@ def test_the_refractory_period_and_warmup_silence_a_label_and_silence_never_fire
   found = detector(refractory=2, warmup=1)
   fired = [[d.label for d in found.update([1.0, 0.9, 0.0])] for _ in range(6)]
   assert fired == [[], ["yes"], [], [], ["yes"], []]
+
+
+@pytest.mark.parametrize("labels, fired", [
+    ("all", [["yes"], [], [], ["no"]]),  # The word's tail, heard as "no", rests with it.
+    ("each", [["yes"], ["no"], [], []]),
+])
+def test_after_a_detection_every_label_rests_or_only_the_one_that_fired(labels, fired):
+  found = detector(refractory=2, labels=labels)
+  hops = ([0, 0.9, 0.1], [0, 0.1, 0.9], [0, 0.1, 0.9], [0, 0.1, 0.9])
+  assert [[d.label for d in found.update(p)] for p in hops] == fired
 
 
 def test_a_file_gives_hops_padded_at_the_end_and_paced_on_request(tmp_path):
@@ -165,7 +175,7 @@ def test_evaluate_background_keeps_the_threshold_that_meets_the_target(model_dir
                                           target_false_accepts_per_hour=1000.0)
   assert report["background_hours"] == pytest.approx(20 / 3600, abs=1e-4)
   assert report["false_accepts_per_hour"] <= 1000.0 and 0 <= report["false_reject_rate"] <= 1
-  assert report["keywords"] > 0
+  assert report["keywords"] > 0 and report["keyword_snr_db"] == [0.0, 20.0]
   kept = detector_lib.read_settings(model_dir)
   assert kept["threshold"] == report["threshold"] and kept["target_false_accepts_per_hour"] == 1000
   assert os.path.getsize(os.path.join(report["report_dir"], background.DET_FILE)) > 0

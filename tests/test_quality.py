@@ -67,3 +67,31 @@ def test_the_det_figure_is_a_png():
   curve = [{"threshold": 0.5, "false_accepts_per_hour": 2.0, "false_reject_rate": 0.1},
            {"threshold": 0.9, "false_accepts_per_hour": 0.0, "false_reject_rate": 0.3}]
   assert quality.det_png(curve, curve[1], "title").startswith(b"\x89PNG")
+
+
+def test_keywords_are_placed_at_the_drawn_snr_against_the_background_where_they_lie():
+  rng = np.random.default_rng(0)
+  # Background 20 dB louder in its second half: each clip is scaled to the noise it lands on.
+  background = rng.normal(0, 0.01, 96000).astype(np.float32)
+  background[48000:] *= 10
+  clip = np.sin(np.arange(8000) / 5).astype(np.float32)
+  clips = [(clip, "yes")] * 3
+  audio, placed = quality.place_keywords(background, clips, 2.0, 16000, snr_db=(5.0, 15.0))
+  plain, _ = quality.place_keywords(background, clips, 2.0, 16000)
+  for p in placed:
+    span = slice(int(p.start * 16000), int(p.end * 16000))
+    added, noise = audio[span] - plain[span] + clip, plain[span] - clip
+    snr = 20 * np.log10(np.sqrt(np.mean(added ** 2)) / np.sqrt(np.mean(noise ** 2)))
+    assert 5.0 <= p.snr_db <= 15.0 and snr == pytest.approx(p.snr_db, abs=0.01)
+  assert len({p.snr_db for p in placed}) == 3
+
+
+def test_a_streams_detections_find_keywords_or_count_as_elsewhere():
+  placed = [Placed(1, 2, "yes"), Placed(5, 6, "no"), Placed(9, 10, "yes")]
+  found = [detector_lib.Detection(2.5, "yes", 0.9),  # Finds the first "yes".
+           detector_lib.Detection(2.9, "yes", 0.9),  # A second one of it: elsewhere.
+           detector_lib.Detection(5.5, "yes", 0.9),  # The wrong word: elsewhere.
+           detector_lib.Detection(20.0, "no", 0.9),  # No keyword there: elsewhere.
+           detector_lib.Detection(10.5, "yes", 0.9)]  # Finds the last.
+  assert quality.match(found, placed, latency=1.0) == (2, 3)
+  assert quality.match([], placed, latency=1.0) == (0, 0)

@@ -154,3 +154,18 @@ def test_the_floor_on_digital_silence_is_80_db_under_the_loudest_frame_still_in_
     last = stream._mel_frames(silence)
   np.testing.assert_allclose(last, -100.0 / 10 + 2, atol=1e-5)
   stream.reset()
+
+
+@pytest.mark.slow  # A conversion to TFLite.
+def test_the_clip_export_bands_speech_mel_too(stream_and_clip):
+  # The clip model's dynamic variant (audioclf export --format=tflite) keeps SpeechMel's
+  # filters float as the streaming step does: BandedSpeechMel, the same outputs.
+  from audioclf.deploy import tflite as clip_tflite
+  _, window = stream_and_clip
+  audio = np.stack([vowels(2.0, seed=s)[:window.inputs[0].shape[1]] for s in (3, 4)])
+  banded = clip_tflite.on_device(window)
+  assert isinstance(banded.get_layer("speech_mel"), clip_tflite.BandedSpeechMel)
+  expected = window(audio).numpy()
+  np.testing.assert_allclose(banded(audio).numpy(), expected, atol=1e-5)
+  got = clip_tflite.Runner(clip_tflite.convert(window, "dynamic"))(audio)
+  assert np.abs(got - expected).max() < 0.03

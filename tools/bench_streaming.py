@@ -2,6 +2,7 @@
 
   python tools/bench_streaming.py --measured        # a minute or two on one core
   python tools/bench_streaming.py --model_dir=runs/demo/current/pretrained --hops=100
+  python tools/bench_streaming.py --quality --measured   # the detector's quality (tools/stream_quality.py)
 
 Each hop is 80 ms of audio (1280 samples at 16 kHz). Rows, on one CPU thread:
 
@@ -16,6 +17,10 @@ Real-time factor: a hop's CPU time over its 80 ms. Target: the streaming step at
 of the sliding window's, in the same runtime. The model is --model_dir's, else the preset's architecture with
 untrained head weights (the cost does not depend on them). --measured writes
 docs/measured/bench_streaming.md (tools/measured.py); one JSON line ends stdout.
+
+--quality measures the detector instead (tools/stream_quality.py): keywords found and detections
+elsewhere in 10 minutes of noise with unseen voices' keywords in it, for listen, the streaming
+TFLite float and int8; --measured writes docs/measured/bench_streaming_quality.md.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 from absl import app, flags
 
 import measured
+import stream_quality
 
 FLAGS = flags.FLAGS
 HOP_MS = 80.0
@@ -40,7 +46,12 @@ def define_flags() -> None:
   flags.DEFINE_integer("hops", 300, "Hops timed per round.")
   flags.DEFINE_integer("rounds", 3, "Rounds; the median is reported.")
   flags.DEFINE_integer("threads", 1, "CPU threads TensorFlow and TFLite may use.")
-  flags.DEFINE_bool("measured", False, "Write docs/measured/bench_streaming.md.")
+  flags.DEFINE_bool("measured", False, "Write docs/measured/bench_streaming.md (with --quality, "
+                    "bench_streaming_quality.md).")
+  flags.DEFINE_bool("quality", False, "Measure the detector on a 10-minute stream instead of the "
+                    "cost per hop (tools/stream_quality.py).")
+  flags.DEFINE_string("runs_dir", "runs/bench_streaming", "--quality without --model_dir: where "
+                      "the preset is trained.")
 
 
 def models():
@@ -148,6 +159,8 @@ def table(results: list[dict]) -> tuple[str, dict]:
 def main(argv) -> None:
   del argv
   load_before = measured.load()
+  if FLAGS.quality:
+    return quality(load_before)
   results = measure()
   text, verdict = table(results)
   print(text)
@@ -158,6 +171,27 @@ def main(argv) -> None:
         "bench_streaming", "Streaming keyword spotting: CPU per hop (tools/bench_streaming.py)",
         measured.command(), f"\n{text}\n\n{NOTES}\n", record, load_before=load_before),
         file=sys.stderr)
+  print(json.dumps(record))
+
+
+def quality(load_before: str) -> None:
+  """--quality: the detector on a 10-minute stream (tools/stream_quality.py)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+  tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+  log = lambda line: print(line, file=sys.stderr, flush=True)
+  model_dir = stream_quality.model(FLAGS.runs_dir, FLAGS.model_dir, log)
+  results, held = stream_quality.rows(model_dir, log)
+  text, verdict = stream_quality.table(results, held)
+  print(text)
+  record = {"bench": "bench_streaming_quality", "rows": results, "stream": held,
+            "target": verdict, "model_dir": model_dir}
+  if FLAGS.measured:
+    print("wrote", measured.write(
+        "bench_streaming_quality",
+        "Streaming keyword spotting: the detector on a stream (tools/bench_streaming.py --quality)",
+        measured.command(), f"\n{text}\n\n{stream_quality.NOTES}\n", record,
+        load_before=load_before), file=sys.stderr)
   print(json.dumps(record))
 
 

@@ -54,10 +54,27 @@ def _background() -> None:
     raise ParamError("--background evaluates a model_dir's streaming form, not a --saved_model")
   report = background.evaluate_background(
       FLAGS.model_dir, FLAGS.background, command_flags.params_for_model_dir(), FLAGS.split,
-      FLAGS.target_false_accepts_per_hour, FLAGS.checkpoint, FLAGS.report_dir)
+      FLAGS.target_false_accepts_per_hour, FLAGS.checkpoint, FLAGS.report_dir,
+      _snr_range(FLAGS.keyword_snr_db))
   print(background.table(report), flush=True)
   print(f"report: {report['report_dir']}", flush=True)
   print(model_dir.summary_line({k: v for k, v in report.items() if k != "curve"}), flush=True)
+
+
+def _snr_range(values: Sequence[str]) -> Optional[tuple[float, float]]:
+  """--keyword_snr_db as (low, high); None when empty.
+
+  Raises:
+    ParamError: more than two values, or one that is no number.
+  """
+  from audioclf.params import ParamError  # pylint: disable=g-import-not-at-top
+  try:
+    levels = [float(v) for v in values]
+  except ValueError:
+    raise ParamError(f"--keyword_snr_db={','.join(values)}: numbers in dB") from None
+  if len(levels) > 2:
+    raise ParamError(f"--keyword_snr_db={','.join(values)}: one level, or min,max")
+  return (min(levels), max(levels)) if levels else None
 
 
 def run(argv: Optional[Sequence[str]] = None) -> None:

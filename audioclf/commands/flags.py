@@ -95,6 +95,11 @@ def _define_evaluate_flags(flag_values: flags.FlagValues) -> None:
                      "choose the threshold that meets this with the fewest false rejects, and "
                      "keep it in <model_dir>/detector.json (audioclf listen and the streaming "
                      "export read it).", lower_bound=0, flag_values=flag_values)
+  flags.DEFINE_list("keyword_snr_db", ["0", "20"], "audioclf evaluate --background: each "
+                    "keyword clip placed at an SNR drawn uniformly from min,max (or at one "
+                    "level), in dB: its RMS against the background's where it lies, as "
+                    "--noise_snr_db mixes noise in training. Empty: at the clip's own level.",
+                    flag_values=flag_values)
   flags.DEFINE_string("report_dir", None, "Where audioclf evaluate writes its report "
                       "(default <model_dir or saved_model>/eval_<split>).",
                       flag_values=flag_values)
@@ -319,5 +324,9 @@ def define_listen_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
                        "moving average of each label's probability (default the model_dir's "
                        "detector.json, else 3).", lower_bound=1, flag_values=flag_values)
   flags.DEFINE_float("refractory_seconds", None, "audioclf listen: after a detection, seconds "
-                     "before the same label fires again (default the model's window).",
+                     "before a label fires again (default the model's window).",
                      lower_bound=0, flag_values=flag_values)
+  flags.DEFINE_enum("refractory_labels", "all", ("all", "each"), "audioclf listen: which "
+                    "labels rest after a detection: all (a word's tail, still in the window, "
+                    "can sound like another word) or each (only the one that fired).",
+                    flag_values=flag_values)

@@ -7,7 +7,8 @@ Each detection prints as one line of JSON, {"time", "label", "score"}, as it
 happens: seconds from the stream's start, and the smoothed probability. A
 label fires when its probability, averaged over --smoothing_hops, reaches
 --threshold (default: the one `audioclf evaluate --background` kept in the
-model_dir's detector.json, else 0.5), then rests --refractory_seconds;
+model_dir's detector.json, else 0.5); then every label rests
+--refractory_seconds (--refractory_labels=each: only the one that fired);
 --background_labels never fire. The end of the input, Ctrl-C or a closed
 output end it with one summary line of JSON (audioclf.streaming).
 """
@@ -40,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
   stream = streaming.StreamingModel.from_model_dir(FLAGS.model_dir, chosen.path)
   settings = dict(detector.read_settings(FLAGS.model_dir) or {})
   settings["background_labels"] = FLAGS.background_labels
-  for name in ("threshold", "smoothing_hops", "refractory_seconds"):
+  for name in ("threshold", "smoothing_hops", "refractory_seconds", "refractory_labels"):
     if FLAGS[name].present:
       settings[name] = FLAGS[name].value
   if FLAGS.input == "-":

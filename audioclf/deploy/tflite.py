@@ -17,10 +17,11 @@ stops the export with UnsupportedOpsError naming it.
            Its input and output stay float32, so it drops in for the others.
 
 The model converted is the trained one with its mel projection written
-banded (BandedLogMelSpectrogram): each mel band sums its own few FFT bins
-instead of multiplying by the whole, mostly zero, 257 x 40 matrix, which would
-be 41 KB of float constants in every variant. Same weights, same outputs
-(within float rounding); training keeps the matrix product.
+banded (BandedLogMelSpectrogram, BandedSpeechMel): each mel band sums its own
+few FFT bins instead of multiplying by the whole, mostly zero, matrix, which
+would be 41 KB of float constants in every variant, and which the dynamic
+variant would quantize (features.banded). Same weights, same outputs (within
+float rounding); training keeps the matrix product.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.data.pipeline import input_fn
 from audioclf.model import build as models
 from audioclf.model import model_dir as model_dir_lib
-from audioclf.model.features import LogMelSpectrogram, mel_matrix
+from audioclf.model.features import LogMelSpectrogram, banded, banded_product, mel_matrix
+from audioclf.model.speech import layers as speech
+from audioclf.model.speech import shipped
 from audioclf.model.speech.layers import SpeechEmbedding, SpeechMel
 from audioclf.params import Params
 
@@ -72,40 +75,43 @@ class UnsupportedOpsError(model_dir_lib.ModelDirError):
 
 
 class BandedLogMelSpectrogram(LogMelSpectrogram):
-  """LogMelSpectrogram with the mel filters stored as (bin, weight) pairs per band, for export.
-
-  A triangular mel filter covers a few adjacent FFT bins; gathering those and
-  summing them is the matrix product without its zeros.
-  """
+  """LogMelSpectrogram with the mel filters stored as (bin, weight) pairs per band (features.banded)."""
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    matrix = mel_matrix(self.n_mels, self.fft_length // 2 + 1, self.sample_rate,
-                        self.fmin, self.upper_hz)
-    width = max(1, int((matrix != 0).sum(axis=0).max()))
-    # Padding entries gather bin 0 with weight 0.
-    self.band_bins = np.zeros([self.n_mels, width], np.int32)
-    self.band_weights = np.zeros([self.n_mels, width], np.float32)
-    for band in range(self.n_mels):
-      bins = np.flatnonzero(matrix[:, band])
-      self.band_bins[band, :len(bins)] = bins
-      self.band_weights[band, :len(bins)] = matrix[bins, band]
+    self.band_bins, self.band_weights = banded(mel_matrix(
+        self.n_mels, self.fft_length // 2 + 1, self.sample_rate, self.fmin, self.upper_hz))
 
   def _project(self, magnitudes):
-    # [..., bins] -> [..., n_mels, width] -> [..., n_mels]
-    return tf.reduce_sum(tf.gather(magnitudes, self.band_bins, axis=-1) * self.band_weights,
-                         axis=-1)
+    return banded_product(magnitudes, self.band_bins, self.band_weights)
+
+
+class BandedSpeechMel(SpeechMel):
+  """SpeechMel with its mel filters banded (features.banded), as the streaming step applies them."""
+
+  def build(self, input_shape):
+    super().build(input_shape)
+    self.band_bins, self.band_weights = banded(np.asarray(shipped.weights().mel))
+
+  def call(self, waveform):
+    waveform = tf.pad(tf.cast(waveform, tf.float32), [[0, 0], [self.padding, self.padding]])
+    decibels = speech.mel_decibels(waveform, self.window, lambda power: banded_product(
+        power, self.band_bins, self.band_weights))
+    return speech.scaled(decibels, tf.reduce_max(decibels, axis=[-2, -1], keepdims=True))
+
+
+BANDED = {LogMelSpectrogram: BandedLogMelSpectrogram, SpeechMel: BandedSpeechMel}
 
 
 def on_device(model):
-  """`model` with each LogMelSpectrogram banded (BandedLogMelSpectrogram), weights copied."""
+  """`model` with each mel front end banded (BandedLogMelSpectrogram, BandedSpeechMel), weights copied."""
   def clone(layer):
-    cls = BandedLogMelSpectrogram if type(layer) is LogMelSpectrogram else type(layer)
+    cls = BANDED.get(type(layer), type(layer))
     return cls.from_config(layer.get_config())
 
-  banded = keras.models.clone_model(model, clone_function=clone)
-  banded.set_weights(model.get_weights())
-  return banded
+  copy = keras.models.clone_model(model, clone_function=clone)
+  copy.set_weights(model.get_weights())
+  return copy
 
 
 def convert(model, quantize: str = "none",

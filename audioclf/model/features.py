@@ -106,6 +106,30 @@ def mel_matrix(n_mels: int, bins: int, sample_rate: int, fmin: float, fmax: floa
   return matrix
 
 
+def banded(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """A mel matrix [bins, bands] as each band's bins and weights [bands, width], padded with weight 0.
+
+  A triangular filter covers a few adjacent FFT bins: gathering those and
+  summing them is the matrix product without its zeros, and TFLite's
+  dynamic-range quantization leaves a gather and a sum in float, where it
+  would quantize a matrix product's input, a power spectrum 100 dB wide, to
+  8 bits on the fly.
+  """
+  width = max(1, int((matrix != 0).sum(axis=0).max()))
+  bins = np.zeros([matrix.shape[1], width], np.int32)
+  weights = np.zeros([matrix.shape[1], width], np.float32)
+  for band in range(matrix.shape[1]):
+    nonzero = np.flatnonzero(matrix[:, band])
+    bins[band, :len(nonzero)] = nonzero
+    weights[band, :len(nonzero)] = matrix[nonzero, band]
+  return bins, weights
+
+
+def banded_product(power: tf.Tensor, bins: np.ndarray, weights: np.ndarray) -> tf.Tensor:
+  """power [..., bins] times the mel matrix `banded` gave: [..., bands]."""
+  return tf.reduce_sum(tf.gather(power, bins, axis=-1) * weights, axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="audioclf")
 class SpecAugment(keras.layers.Layer):
   """Masks random frequency bands and time spans of [batch, frames, bins], in training only.

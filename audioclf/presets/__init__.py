@@ -13,5 +13,6 @@ runs it and what it should reach.
   smoke.flags               a seconds-long run that checks the wiring
   speech_commands.flags     Speech Commands v2, 35 words
   speech_commands_12.flags  Speech Commands v2, the 12-class task
+  streaming_speech.flags    pretrained_speech trained for a stream: audioclf listen, the streaming export
   tune.flags                hyperparameter search on the demo data
 """

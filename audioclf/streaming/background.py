@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import soundfile as sf
@@ -31,11 +31,15 @@ REPORT_FILE = "detector_report.json"
 SAMPLE_FILE = "keywords_sample.wav"  # The keyword stream's first minute, for audioclf listen.
 SAMPLE_SECONDS = 60.0
 DET_FILE = "det.png"
+# Each keyword's SNR against the background where it lies, drawn uniformly: a voice over a
+# room's noise, from as loud as the noise to well above it.
+KEYWORD_SNR_DB = (0.0, 20.0)
 
 
 def evaluate_background(model_dir: str, background: str, params: Params, split: str = "test",
                         target_false_accepts_per_hour: Optional[float] = None,
-                        checkpoint: str = "best", report_dir: Optional[str] = None) -> dict:
+                        checkpoint: str = "best", report_dir: Optional[str] = None,
+                        keyword_snr_db: Optional[Sequence[float]] = KEYWORD_SNR_DB) -> dict:
   """False accepts per hour, false rejects and the DET curve of model_dir's streaming detector.
 
   Args:
@@ -46,6 +50,8 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
     target_false_accepts_per_hour: choose and keep the threshold that meets it.
     checkpoint: best, last, or a checkpoint's path.
     report_dir: default <model_dir>/eval_background.
+    keyword_snr_db: (low, high) in dB: each keyword's SNR against the
+      background where it lies, drawn uniformly; None: the clip's own level.
 
   Returns:
     The report: the operating point's threshold, false accepts per hour and
@@ -58,11 +64,10 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
   """
   stream = streaming.StreamingModel.from_model_dir(model_dir, checkpoint)
   settings = dict(detector_lib.read_settings(model_dir) or {})
-  noise = _background(background, stream.sample_rate)
-  clips = _keywords(params, split, stream)
+  noise, clips = _background(background, stream.sample_rate), _keywords(params, split, stream)
   window_seconds = stream.window_samples / stream.sample_rate
   keywords, placed = quality.place_keywords(noise, clips, window_seconds * 2 + GAP_SECONDS,
-                                            stream.sample_rate)
+                                            stream.sample_rate, keyword_snr_db)
   curve = quality.det_curve(
       quality.stream_probabilities(stream, noise), len(noise) / stream.sample_rate,
       quality.stream_probabilities(stream, keywords), placed,
@@ -80,17 +85,15 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
             "false_accepts_per_hour": round(point["false_accepts_per_hour"], 3),
             "false_reject_rate": round(point["false_reject_rate"], 4),
             "background_hours": round(len(noise) / stream.sample_rate / 3600, 4),
-            "keywords": len(placed), "smoothing_hops": listen.make_detector(stream, settings)
+            "keywords": len(placed), "keyword_snr_db": keyword_snr_db and list(keyword_snr_db),
+            "smoothing_hops": listen.make_detector(stream, settings)
             .smoothing_hops, "target_false_accepts_per_hour": target_false_accepts_per_hour,
             "curve": curve}
   report_dir = report_dir or os.path.join(model_dir, "eval_background")
   _write_report(report_dir, report, point)
   _write_sample(report_dir, keywords, placed, stream.sample_rate)
   if target_false_accepts_per_hour is not None:
-    kept = {k: report[k] for k in ("threshold", "smoothing_hops", "target_false_accepts_per_hour",
-                                   "false_accepts_per_hour", "false_reject_rate",
-                                   "background_hours")}
-    report["detector"] = detector_lib.write_settings(model_dir, dict(settings, **kept))
+    report["detector"] = _keep(model_dir, settings, report)
   report["report_dir"] = report_dir
   return report
 
@@ -129,6 +132,14 @@ def _keywords(params: Params, split: str, stream) -> list[tuple[np.ndarray, str]
                                           dtype=int)]
   return [(decode.decode_file(e.path, stream.sample_rate)[:params.clip_samples], e.label)
           for e in chosen]
+
+
+def _keep(model_dir: str, settings: dict, report: dict) -> str:
+  """The operating point and what was measured there, kept in model_dir's detector.json."""
+  kept = {k: report[k] for k in ("threshold", "smoothing_hops", "target_false_accepts_per_hour",
+                                 "false_accepts_per_hour", "false_reject_rate",
+                                 "background_hours", "keyword_snr_db")}
+  return detector_lib.write_settings(model_dir, dict(settings, **kept))
 
 
 def _write_sample(report_dir: str, audio: np.ndarray, placed, sample_rate: int) -> None:

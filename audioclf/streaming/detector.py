@@ -21,6 +21,9 @@ SETTINGS_FILE = "detector.json"
 BACKGROUND_LABELS = ("_silence_", "_unknown_", "silence", "unknown")  # Never detections.
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_SMOOTHING_HOPS = 3
+# What rests after a detection: every keyword (a word's tail, still in the window, can sound
+# like another word: "stop" like "up"), or only the label that fired.
+REFRACTORY_LABELS = ("all", "each")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,21 +40,27 @@ class Detector:
     labels: the model's labels, in its output order.
     threshold: the smoothed probability a label must reach.
     smoothing_hops: hops in the moving average (1: none).
-    refractory_hops: after a detection, hops before the same label fires
-      again (a word stays in the model's window for many hops).
+    refractory_hops: after a detection, hops before a label fires again (a
+      word stays in the model's window for many hops).
     hop_seconds: a hop's length, for the detections' times.
     warmup_hops: hops whose window still reaches before the stream's start:
       they fire nothing.
     background: labels that never fire.
+    refractory_labels: "all": every label rests after any detection; "each":
+      only the label that fired.
   """
 
   def __init__(self, labels: Sequence[str], threshold: float, smoothing_hops: int,
                refractory_hops: int, hop_seconds: float, warmup_hops: int = 0,
-               background: Sequence[str] = BACKGROUND_LABELS):
+               background: Sequence[str] = BACKGROUND_LABELS, refractory_labels: str = "all"):
     if not 0 < threshold <= 1:
       raise ValueError(f"the threshold must be in (0, 1], not {threshold}")
     if smoothing_hops < 1 or refractory_hops < 0:
       raise ValueError("smoothing_hops must be at least 1 and refractory_hops at least 0")
+    if refractory_labels not in REFRACTORY_LABELS:
+      raise ValueError(f"refractory_labels must be one of {REFRACTORY_LABELS}, not "
+                       f"{refractory_labels}")
+    self.refractory_labels = refractory_labels
     self.labels = list(labels)
     self.threshold, self.hop_seconds = float(threshold), float(hop_seconds)
     self.refractory_hops, self.warmup_hops = int(refractory_hops), int(warmup_hops)
@@ -69,7 +78,9 @@ class Detector:
       return []
     smoothed = np.mean(self._recent, axis=0)
     fired = self._keywords & (smoothed >= self.threshold) & (hop >= self._next_allowed)
-    self._next_allowed[fired] = hop + 1 + self.refractory_hops
+    if fired.any():
+      rests = fired if self.refractory_labels == "each" else self._keywords
+      self._next_allowed[rests] = hop + 1 + self.refractory_hops
     return [Detection(time=round((hop + 1) * self.hop_seconds, 3), label=self.labels[i],
                       score=round(float(smoothed[i]), 4)) for i in np.flatnonzero(fired)]
 

@@ -54,7 +54,7 @@ def listen(stream: streaming.StreamingModel, hops: Iterable[np.ndarray],
 
 
 def make_detector(stream: streaming.StreamingModel, settings: dict) -> detector_lib.Detector:
-  """A Detector for `stream` at {threshold, smoothing_hops, refractory_seconds, background_labels}."""
+  """A Detector for `stream` at {threshold, smoothing_hops, refractory_seconds, refractory_labels, background_labels}."""
   hop_seconds = streaming.HOP_SAMPLES / stream.sample_rate
   refractory = settings.get("refractory_seconds")
   if refractory is None:
@@ -63,4 +63,5 @@ def make_detector(stream: streaming.StreamingModel, settings: dict) -> detector_
       stream.labels, settings.get("threshold", detector_lib.DEFAULT_THRESHOLD),
       settings.get("smoothing_hops", detector_lib.DEFAULT_SMOOTHING_HOPS),
       int(round(refractory / hop_seconds)), hop_seconds, stream.warmup_hops,
-      settings.get("background_labels", detector_lib.BACKGROUND_LABELS))
+      settings.get("background_labels", detector_lib.BACKGROUND_LABELS),
+      settings.get("refractory_labels", detector_lib.REFRACTORY_LABELS[0]))

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from audioclf import compat
 from audioclf.compat import xla
+from audioclf.model import features
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.model.speech import layers as speech
 from audioclf.params import ParamError
@@ -47,18 +48,6 @@ def lag_frames(time_kernels, pools=speech.POOLS) -> int:
   return lag
 
 
-def banded(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """A mel matrix [bins, bands] as each band's bins and weights [bands, width], padded with weight 0."""
-  width = max(1, int((matrix != 0).sum(axis=0).max()))
-  bins = np.zeros([matrix.shape[1], width], np.int32)
-  weights = np.zeros([matrix.shape[1], width], np.float32)
-  for band in range(matrix.shape[1]):
-    nonzero = np.flatnonzero(matrix[:, band])
-    bins[band, :len(nonzero)] = nonzero
-    weights[band, :len(nonzero)] = matrix[nonzero, band]
-  return bins, weights
-
-
 class StreamingModel(tf.Module):
   """A speech_embedding classifier's streaming form: state kept in variables, a hop per `step`.
 
@@ -80,10 +69,8 @@ class StreamingModel(tf.Module):
     self.window_frames = speech.num_frames(self.window_samples)
     value = lambda v: tf.constant(np.asarray(v), tf.float32)
     self._window = value(mel.window)
-    # The mel filters as (bin, weight) pairs per band: a gather and a sum, which
-    # TFLite's dynamic-range quantization leaves in float. As a matrix product
-    # it quantizes the power spectrum, 100 dB wide, to 8 bits on the fly.
-    self._band_bins, self._band_weights = banded(np.asarray(mel.mel))
+    # The mel filters banded, so that the dynamic-range TFLite export keeps them float.
+    self._band_bins, self._band_weights = features.banded(np.asarray(mel.mel))
     self._kernels = [value(k) * embedding.scale for k in embedding.kernels]
     self._biases = [value(b) * embedding.scale for b in embedding.biases]
     self.lag = lag_frames([int(k.shape[0]) for k in self._kernels])
@@ -173,7 +160,7 @@ class StreamingModel(tf.Module):
 
   def _project(self, power):
     """The mel filters' product with power spectra [..., bins] -> [..., 32], zeros skipped."""
-    return tf.reduce_sum(tf.gather(power, self._band_bins, axis=-1) * self._band_weights, axis=-1)
+    return features.banded_product(power, self._band_bins, self._band_weights)
 
   def _embed(self, frames):
     """SpeechEmbedding.call on 8 new frames, each layer's earlier inputs taken from its state."""

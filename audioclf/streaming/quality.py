@@ -29,6 +29,7 @@ class Placed:
   start: float  # Seconds from the stream's start.
   end: float
   label: str
+  snr_db: Optional[float] = None  # Its RMS against the background's where it lies, if set.
 
 
 def stream_probabilities(stream: streaming.StreamingModel, audio: np.ndarray) -> np.ndarray:
@@ -57,6 +58,25 @@ def false_reject_rate(found: Sequence, placed: Sequence[Placed], latency: float)
   missed = sum(not any(d.label == p.label and p.start <= d.time <= p.end + latency for d in found)
                for p in placed)
   return missed / len(placed)
+
+
+def match(found: Sequence, placed: Sequence[Placed], latency: float) -> tuple[int, int]:
+  """(keywords found, detections elsewhere) of one stream's detections.
+
+  A detection finds the first placed keyword of its label, not yet found,
+  between whose start and end + latency it falls; every other detection (the
+  wrong word, a second one of a word, or none there) is one elsewhere: the
+  false detections of a stream that holds keywords.
+  """
+  taken, elsewhere = set(), 0
+  for d in found:
+    hit = next((i for i, p in enumerate(placed) if i not in taken and p.label == d.label
+                and p.start <= d.time <= p.end + latency), None)
+    if hit is None:
+      elsewhere += 1
+    else:
+      taken.add(hit)
+  return len(taken), elsewhere
 
 
 def det_curve(background: np.ndarray, background_seconds: float, keywords: np.ndarray,
@@ -92,8 +112,19 @@ def choose_threshold(curve: Sequence[dict], target_false_accepts_per_hour: float
 
 
 def place_keywords(background: np.ndarray, clips: Sequence[tuple[np.ndarray, str]],
-                   spacing: float, sample_rate: int) -> tuple[np.ndarray, list[Placed]]:
+                   spacing: float, sample_rate: int, snr_db: Optional[Sequence[float]] = None,
+                   seed: int = 0) -> tuple[np.ndarray, list[Placed]]:
   """Keyword clips added into background audio (looped as needed), one every `spacing` seconds.
+
+  Args:
+    background: the audio with no keyword.
+    clips: (samples, label) of each keyword.
+    spacing: seconds from one clip's centre to the next.
+    sample_rate: the audio's.
+    snr_db: (low, high): each clip scaled to an SNR drawn uniformly from it,
+      its RMS against the background's over the same samples (as training
+      mixes noise, --noise_snr_db); None adds each clip at its own level.
+    seed: the SNRs' draws.
 
   Returns:
     (the audio, where each clip went). The first starts after `spacing`, so
@@ -103,12 +134,22 @@ def place_keywords(background: np.ndarray, clips: Sequence[tuple[np.ndarray, str
   total = step * (len(clips) + 1)
   loops = -(-total // max(1, len(background)))
   audio = np.tile(np.asarray(background, np.float32), loops)[:total].copy()
+  draws = np.random.default_rng(seed).uniform(*(snr_db or (0, 0)), len(clips))
   placed = []
   for i, (clip, label) in enumerate(clips):
     start = step * (i + 1) - len(clip) // 2
-    audio[start:start + len(clip)] += clip[:total - start]
-    placed.append(Placed(start / sample_rate, (start + len(clip)) / sample_rate, label))
+    clip = np.asarray(clip[:total - start], np.float32)
+    if snr_db is not None:
+      clip = clip * np.float32(_rms(audio[start:start + len(clip)]) / _rms(clip)
+                               * 10 ** (draws[i] / 20))
+    audio[start:start + len(clip)] += clip
+    placed.append(Placed(start / sample_rate, (start + len(clip)) / sample_rate, label,
+                         None if snr_db is None else round(float(draws[i]), 2)))
   return audio, placed
+
+
+def _rms(x: np.ndarray) -> float:
+  return max(float(np.sqrt(np.mean(np.square(x, dtype=np.float64)))), 1e-6)
 
 
 def det_png(curve: Sequence[dict], chosen: Optional[dict], title: str = "") -> bytes:

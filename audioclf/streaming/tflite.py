@@ -178,6 +178,8 @@ def export(model_dir: str, export_dir: Optional[str] = None,
              "threshold": settings.get("threshold", detector_lib.DEFAULT_THRESHOLD),
              "smoothing_hops": settings.get("smoothing_hops", detector_lib.DEFAULT_SMOOTHING_HOPS),
              "refractory_seconds": stream.window_samples / stream.sample_rate,
+             "refractory_labels": settings.get("refractory_labels",
+                                               detector_lib.REFRACTORY_LABELS[0]),
              "warmup_hops": stream.warmup_hops,
              "background_labels": list(detector_lib.BACKGROUND_LABELS)}
   with open(os.path.join(export_dir, SIDECAR), "w") as f:
