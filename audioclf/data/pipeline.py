@@ -147,10 +147,8 @@ def make_for_train(params: Params, split: str = "train", manifest: Optional[Mani
   first_batch = _first_batch(seed_offset)
   mixes_noise = manifest.noise and (params.noise_prob > 0 or rows.silence is not None)
   reverberates = manifest.rirs and params.reverb_prob > 0
-  built = process.datasets if process else None
-  reuse = built is not None and _reuse_key(params, "train", manifest, rows, first_batch, shard,
-                                           native_read, mixes_noise, reverberates)
-  found = built.get(reuse) if reuse else None
+  built, reuse, found = _kept(process, params, "train", manifest, rows, first_batch, shard,
+                              native_read, mixes_noise, reverberates)
   if found is not None:
     return found
   decodes = process.decodes if process else None
@@ -186,10 +184,8 @@ def make_for_inference(params: Params, split: str = "validation",
   rows = _SplitRows.of(params, manifest, split)
   # Only _silence_ clips take noise at inference; nothing reverberates.
   mixes_noise = manifest.noise and rows.silence is not None
-  built = process.datasets if process else None
-  reuse = built is not None and _reuse_key(params, "inference", manifest, rows, 0, shard,
-                                           native_read, mixes_noise, False)
-  found = built.get(reuse) if reuse else None
+  built, reuse, found = _kept(process, params, "inference", manifest, rows, 0, shard,
+                              native_read, mixes_noise, False)
   if found is not None:
     return found
   decodes = process.decodes if process else None
@@ -213,6 +209,14 @@ def _sampler(params: Params, manifest: Manifest, rows: "_SplitRows",
   return Sampler(params, len(rows.examples), shard, recordings, rows.silence,
                  labels=rows.labels, num_classes=len(manifest.labels),
                  rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None)
+
+
+def _kept(process: Optional[Process], *depends_on) -> tuple:
+  """(where to keep the dataset, its key, the one kept under it): Nones without a `process`."""
+  if process is None:
+    return None, None, None
+  reuse = _reuse_key(*depends_on)
+  return process.datasets, reuse, process.datasets.get(reuse) if reuse else None
 
 
 def _prefetched(params: Params, ds: tf.data.Dataset, sampler: Sampler, training: bool,
