@@ -70,7 +70,7 @@ def model(runs_dir: str, model_dir: str | None, log) -> str:
   return model_dir
 
 
-def stream_audio(data_dir: str, labels, spacing: float, seed: int = 0):
+def stream_audio(data_dir: str, labels, spacing: float, rate: int, seed: int = 0):
   """(noise, the same noise with held-out voices' keywords one every `spacing` s, where they are).
 
   As many clips as fit, drawn at random from every held-out voice's keywords.
@@ -82,14 +82,14 @@ def stream_audio(data_dir: str, labels, spacing: float, seed: int = 0):
   # pylint: enable=g-import-not-at-top
   generate(NOISE_DIR, per_word=1, seed=NOISE_SEED, background_noise=True, progress=False,
            noise_seconds=STREAM_SECONDS / 6)  # Six recordings: colours, hums, babble.
-  noise = np.concatenate([decode.decode_file(f, 16000) for f in sorted(noise_paths(NOISE_DIR))])
-  clips = [(decode.decode_file(f, 16000)[:16000], label) for label in labels
+  noise = np.concatenate([decode.decode_file(f, rate) for f in sorted(noise_paths(NOISE_DIR))])
+  clips = [(decode.decode_file(f, rate)[:rate], label) for label in labels
            for f in sorted(glob.glob(os.path.join(data_dir, "_held_out", label, "*.wav")))]
   if not clips:
     raise ValueError(f"no held-out keyword clips under {data_dir}/_held_out")
-  fit = int(len(noise) / 16000 / spacing) - 1
+  fit = int(len(noise) / rate / spacing) - 1
   chosen = np.random.default_rng(seed).permutation(len(clips))[:fit]
-  audio, placed = quality.place_keywords(noise, [clips[i] for i in chosen], spacing, 16000,
+  audio, placed = quality.place_keywords(noise, [clips[i] for i in chosen], spacing, rate,
                                          background.KEYWORD_SNR_DB, seed)
   return noise.astype(np.float32), audio[:len(noise)], placed
 
@@ -110,8 +110,9 @@ def rows(model_dir: str, log) -> tuple[list[dict], dict]:
   keywords = [l for l in stream.labels if l not in detector_lib.BACKGROUND_LABELS]
   # As audioclf evaluate --background spaces them: a window of noise on either side.
   spacing = 2 * stream.window_samples / stream.sample_rate + background.GAP_SECONDS
-  noise, audio, placed = stream_audio(data_dir, keywords, spacing)
-  hops = lambda x: x[:len(x) // 1280 * 1280].reshape(-1, 1280)
+  rate, hop = stream.sample_rate, streaming.HOP_SAMPLES
+  noise, audio, placed = stream_audio(data_dir, keywords, spacing, rate)
+  hops = lambda x: x[:len(x) // hop * hop].reshape(-1, hop)
   detect = lambda p: quality.detections(p, listen.make_detector(stream, settings))
   runtimes = {"listen (TF)": lambda x: _listened(stream, hops(x), settings)}
   calibration = tflite.calibration_hops(model_dir, 300)
@@ -124,12 +125,13 @@ def rows(model_dir: str, log) -> tuple[list[dict], dict]:
     accepts, _ = run(noise)
     hit, elsewhere = quality.match(found, placed, LATENCY_SECONDS)
     results.append({"row": name, "found": round(hit / len(placed), 4), "elsewhere": elsewhere,
-                    "false_accepts_per_hour": round(len(accepts) * 3600 / (len(noise) / 16000), 1),
+                    "false_accepts_per_hour": round(quality.false_accepts_per_hour(
+                        len(accepts), len(noise) / rate), 1),
                     "false_reject_rate": round(1 - hit / len(placed), 4),
-                    "speed": round(len(audio) / 16000 / seconds, 1)})
+                    "speed": round(len(audio) / rate / seconds, 1)})
     by_snr = by_snr or _by_snr(found, placed)  # The first row's: listen's.
     log(f"{name}: {results[-1]}")
-  held = {"keywords": len(placed), "seconds": round(len(audio) / 16000, 1),
+  held = {"keywords": len(placed), "seconds": round(len(audio) / rate, 1),
           "threshold": settings.get("threshold", detector_lib.DEFAULT_THRESHOLD),
           "smoothing_hops": settings.get("smoothing_hops", detector_lib.DEFAULT_SMOOTHING_HOPS),
           "by_snr": by_snr}
