@@ -121,17 +121,17 @@ class Sampler:
   def _batch(self, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
     if self.classes is not None:
-      return self._balanced_row(g), self._uniform(k)
+      return self._balanced_row(g), self.window_draws(k)
     epoch = g // self.epoch_size
     # A batch no larger than an epoch spans at most two of them.
     rows = tf.where(tf.equal(epoch, epoch[0]), self._row(g, epoch[0]), self._row(g, epoch[0] + 1))
-    return rows, self._uniform(k)
+    return rows, self.window_draws(k)
 
   def example(self, g) -> tuple[tf.Tensor, tf.Tensor]:
     """Training example g alone (a scalar): what `batch(g // B)` gives it, bit for bit."""
     g = tf.cast(g, tf.int64)
     row = self._balanced_row(g) if self.classes is not None else self._row(g, g // self.epoch_size)
-    return row, self._uniform(g // self.batch_size)[g % self.batch_size]
+    return row, self.window_draws(g // self.batch_size)[g % self.batch_size]
 
   def eval_rows(self) -> range:
     """Evaluation's rows, in order: this shard's share."""
@@ -165,7 +165,8 @@ class Sampler:
                                              max_index=size - 1, rounds=4)
     return tf.gather(rows, tf.gather(starts, slot) + position)
 
-  def _uniform(self, k):
+  def window_draws(self, k) -> tf.Tensor:
+    """Batch k's draws of where each window starts (`start`'s u): float64 [batch_size]."""
     return tf.random.stateless_uniform([self.batch_size], self.streams.key("window", k),
                                        dtype=tf.float64)
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from audioclf.data import cache_format
 from audioclf.data.sampler import Sampler
-from audioclf.data.streams import stream_id, stream_key
+from audioclf.data.streams import stream_id
 from audioclf.params import Params
 
 CHUNK = 32  # Rows per batch of views: where a row's draws sit in their batch, so in the key.
@@ -67,8 +67,7 @@ class Views:
     number = view * self.chunks + chunk  # The batch number of its draws.
     u = None
     if view:
-      u = tf.random.stateless_uniform([CHUNK], stream_key(self._params.seed, "window", number),
-                                      dtype=tf.float64)
+      u = self._sampler.window_draws(number)
     starts = np.asarray(self._sampler.start(u, tf.constant(lengths)))
     waves = np.zeros((CHUNK, self._n), np.float32)
     if files.any():
