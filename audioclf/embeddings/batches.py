@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from audioclf.data import batches as batches_lib
 from audioclf.data.sampler import Sampler
-from audioclf.data.streams import stream_key
 from audioclf.embeddings.table import Table
 from audioclf.params import Params
 
@@ -29,7 +28,7 @@ def dataset(params: Params, table: Table, first_batch: int = 0) -> tf.data.Datas
 
   def batch(k):
     picked, _ = sampler.batch(k)
-    u = tf.random.stateless_uniform([size], stream_key(params.seed, VIEW_STREAM, k))
+    u = tf.random.stateless_uniform([size], sampler.streams.key(VIEW_STREAM, k))
     view = tf.minimum(tf.cast(u * views, tf.int64), views - 1)
     return tf.gather(values, picked * views + view), tf.gather(labels, picked)
 
