@@ -395,7 +395,7 @@ def test_no_two_draws_share_a_key(monkeypatch):
       before = len(asked)
       sampler.augment(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k)
       sampler.augment(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k, training=False)
-      sampler.example(k * 8)
+      sampler.window_draw(k * 8)
       names = [name for name, _, _ in asked[before:]]
       assert len(names) == len(set(names)), names  # One key per draw of a batch.
   draws = {(name, at): key for name, at, key in asked}

@@ -26,7 +26,7 @@ def _balanced(shard=None, batch_size=6):
 
 def test_every_batch_holds_the_classes_evenly_and_each_class_cycles_through_its_rows():
   sampler = _balanced()
-  rows = np.concatenate([sampler.batch(k)[0].numpy() for k in range(40)])
+  rows = np.concatenate([sampler.batch(k).numpy() for k in range(40)])
   for batch in rows.reshape(40, 6):
     np.testing.assert_array_equal(np.bincount(LABELS[batch], minlength=3), [2, 2, 2])
   for c in range(3):
@@ -39,13 +39,13 @@ def test_every_batch_holds_the_classes_evenly_and_each_class_cycles_through_its_
     assert size < 3 or len(orders) > 1
   # One example alone is what its batch gives it: the cold pass meets them one by one.
   for g in (0, 7, 100, 239):
-    assert int(sampler.example(g)[0]) == rows[g]
+    assert int(sampler.example(g)) == rows[g]
 
 
 def test_shards_share_each_class_round():
   whole = _balanced(batch_size=3)
   shards = [_balanced((i, 2), batch_size=3) for i in range(2)]
-  rows = [np.concatenate([s.batch(k)[0].numpy() for k in range(20)]) for s in shards]
+  rows = [np.concatenate([s.batch(k).numpy() for k in range(20)]) for s in shards]
   for c in range(3):
     size = int(np.sum(LABELS == c))
     # Shard i's j-th draw of a class is the class's draw 2j + i of one shared sequence,

@@ -14,7 +14,7 @@ def test_shards_of_an_epoch_hold_each_file_once(tone_params):
 
   def rows(shard, count):
     s = sampler_lib.Sampler(params, n, shard)
-    return [int(s.example(g)[0]) for g in range(count)]
+    return [int(s.example(g)) for g in range(count)]
 
   whole = rows(None, 2 * n)
   epochs = [rows((i, 3), 2 * len(range(i, n, 3))) for i in range(3)]

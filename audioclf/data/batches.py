@@ -157,7 +157,7 @@ def numpy_batches(params: Params, sampler: Sampler, first_batch,
 
   @as_is
   def cut(k):
-    rows, u = sampler.batch(k)
+    rows, u = sampler.batch(k), sampler.window_draws(k)
     if callable(lengths_of):
       lengths = tf.ensure_shape(graph_errors.numpy_call(file_lengths, [rows], tf.int64,
                                                         stateful=False), [batch])
@@ -185,7 +185,7 @@ def warm_native(params: Params, split: cache_format.Split, labels: np.ndarray, s
 
   @as_is
   def cut(g):
-    row, u = sampler.example(g) if training else (g, None)
+    row, u = (sampler.example(g), sampler.window_draw(g)) if training else (g, None)
     return _cut_rows(sampler, blob, table, row, u)
 
   ds = examples(sampler, training, first_batch).map(cut, num_parallel_calls=AUTOTUNE)
@@ -220,7 +220,7 @@ def served(params: Params, split: cache_format.Split, labels: np.ndarray, sample
 
   @as_is
   def cut(k):
-    rows, u = sampler.batch(k)
+    rows, u = sampler.batch(k), sampler.window_draws(k)
     # The split mapped inside the worker's function: a tensor made here would travel in the graph.
     blob, _ = window_lib.split_tensor(split)
     return (*_cut_rows(sampler, blob, table, rows, u), k)

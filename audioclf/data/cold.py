@@ -87,11 +87,11 @@ def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor, bat
                    finish: Optional[Callable[[], tf.Tensor]]) -> tf.data.Dataset:
   """The cold pass's example numbers g; in training with their rows and draws, (g, row, u).
 
-  Training draws a batch at a time (`Sampler.batch`: the permutation and the
-  uniforms cost a few dozen ops), `batches` of them from `first_batch` (a
+  Training draws a batch at a time (`Sampler.batch` and `window_draws`: the
+  permutation and the uniforms cost a few dozen ops), `batches` of them from `first_batch` (a
   read-only cache, without `finish`: without end), so the map that runs per
   example only decodes and cuts; each example gets the same bits as
-  `Sampler.example(g)`. The batch that completes the epoch calls `finish`
+  `Sampler.example(g)` and `window_draw(g)`. The batch that completes the epoch calls `finish`
   as it is drawn: before any of its examples is decoded, so before it is
   delivered (a run of exactly files // batch steps leaves a complete
   cache), and with no test in the function every example runs.
@@ -103,7 +103,7 @@ def _cold_examples(sampler: Sampler, training: bool, first_batch: tf.Tensor, bat
 
   @batches_lib.as_is
   def draws(k):
-    rows, u = sampler.batch(k)
+    rows, u = sampler.batch(k), sampler.window_draws(k)
     if finish is not None:
       done = tf.cond(tf.equal(k, completing), finish, lambda: tf.constant(0, tf.int64))
       with tf.control_dependencies([done]):
@@ -158,7 +158,7 @@ def _finisher(fill: Fill, sampler: Sampler, training: bool, first_batch: tf.Tens
   def finish():
     if training and cold_batches > n // batch:
       # The rows of the cold batch after the one that completes the epoch.
-      pending = sampler.batch(first_batch + n // batch)[0]
+      pending = sampler.batch(first_batch + n // batch)
     else:
       pending = tf.zeros([0], tf.int64)
     # _silence_ rows (files on) have no file.

@@ -9,9 +9,11 @@ a batch of numbers is ever held, and example g can be computed without
 0 .. g-1. With --balanced_sampler, example g is of class g % C instead (C
 the classes the split has, so every batch holds them evenly), and its row is
 the next one of that class's own permutation, a new one each time the class
-runs out: a pure function of (seed, g) too. The draws of batch k (each
-window's offset and time shift, and the augmentations': audioclf.data.augmentations)
-are keyed by (seed, k) and the name of their stream (audioclf.data.streams),
+runs out: a pure function of (seed, g) too. The sampler gives a batch's
+index (its rows, `batch`); its number k is its key: the draws of batch k (each
+window's offset and time shift, `window_draws`, and the augmentations':
+audioclf.data.augmentations) are keyed by (seed, k) and the name of their
+stream (audioclf.data.streams),
 so those of example g are a pure function of (seed, g) for a given batch
 size, and no draw moves when another augmentation is added or removed.
 A batch is a pure function of (seeds, k, the cached clips and recordings):
@@ -103,11 +105,11 @@ class Sampler:
     """Batch k's augmentations (`Augmenter.augment`): (waves, labels)."""
     return self.augmenter.augment(waves, labels, k, training, scale)
 
-  def batch(self, k) -> tuple[tf.Tensor, tf.Tensor]:
-    """Training batch k: (its split rows int64 [B], u float64 [B] uniform in [0, 1)).
+  def batch(self, k) -> tf.Tensor:
+    """Training batch k's indices: the split rows its examples read, int64 [B].
 
-    `u` picks each window's start once the clip's length is known
-    (`start`): the cold pass knows it only after decoding.
+    The batch's number k is its key: every draw of it comes from k through a
+    named stream (`streams.key(name, k)`), the window's `window_draws(k)` too.
     """
     return self._batch_fn(tf.cast(k, tf.int64))
 
@@ -118,20 +120,18 @@ class Sampler:
     return tf.function(self._batch, input_signature=[tf.TensorSpec([], tf.int64)],
                        autograph=False)
 
-  def _batch(self, k: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  def _batch(self, k: tf.Tensor) -> tf.Tensor:
     g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
     if self.classes is not None:
-      return self._balanced_row(g), self.window_draws(k)
+      return self._balanced_row(g)
     epoch = g // self.epoch_size
     # A batch no larger than an epoch spans at most two of them.
-    rows = tf.where(tf.equal(epoch, epoch[0]), self._row(g, epoch[0]), self._row(g, epoch[0] + 1))
-    return rows, self.window_draws(k)
+    return tf.where(tf.equal(epoch, epoch[0]), self._row(g, epoch[0]), self._row(g, epoch[0] + 1))
 
-  def example(self, g) -> tuple[tf.Tensor, tf.Tensor]:
-    """Training example g alone (a scalar): what `batch(g // B)` gives it, bit for bit."""
+  def example(self, g) -> tf.Tensor:
+    """Training example g's row alone (a scalar): what `batch(g // B)` gives it, bit for bit."""
     g = tf.cast(g, tf.int64)
-    row = self._balanced_row(g) if self.classes is not None else self._row(g, g // self.epoch_size)
-    return row, self.window_draws(g // self.batch_size)[g % self.batch_size]
+    return self._balanced_row(g) if self.classes is not None else self._row(g, g // self.epoch_size)
 
   def eval_rows(self) -> range:
     """Evaluation's rows, in order: this shard's share."""
@@ -169,6 +169,11 @@ class Sampler:
     """Batch k's draws of where each window starts (`start`'s u): float64 [batch_size]."""
     return tf.random.stateless_uniform([self.batch_size], self.streams.key("window", k),
                                        dtype=tf.float64)
+
+  def window_draw(self, g) -> tf.Tensor:
+    """Training example g's draw of `window_draws(g // B)`, bit for bit: float64 []."""
+    g = tf.cast(g, tf.int64)
+    return self.window_draws(g // self.batch_size)[g % self.batch_size]
 
   def start(self, u, length):
     """Where windows of clips of `length` start: drawn by `u` in training, or (u None) centred."""

@@ -27,7 +27,7 @@ def dataset(params: Params, table: Table, first_batch: int = 0) -> tf.data.Datas
   size = params.batch_size
 
   def batch(k):
-    picked, _ = sampler.batch(k)
+    picked = sampler.batch(k)
     u = tf.random.stateless_uniform([size], sampler.streams.key(VIEW_STREAM, k))
     view = tf.minimum(tf.cast(u * views, tf.int64), views - 1)
     return tf.gather(values, picked * views + view), tf.gather(labels, picked)
