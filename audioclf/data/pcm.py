@@ -11,3 +11,8 @@ def to_float(words, dtype=np.float32) -> np.ndarray:
   if isinstance(words, (bytes, bytearray)):
     words = np.frombuffer(words, PCM16)
   return words.astype(dtype) * np.asarray(PCM16_SCALE, dtype)
+
+
+def to_words(samples: np.ndarray) -> np.ndarray:
+  """Float `samples` in [-1, 1] as PCM16 words, clipped: times 32767, as libsndfile writes them."""
+  return np.clip(np.round(samples * 32767.0), -32768, 32767).astype(np.int16)

@@ -50,7 +50,7 @@ def write(root: Path, words, seed: int, voices: list[str], seconds: float,
     x = make(np.random.default_rng([seed, 3, zlib.crc32(name.encode())]))
     x *= 10 ** (NOISE_RMS_DBFS / 20) / np.sqrt(np.mean(x ** 2))
     rel = f"{NOISE_DIR}/{name}.wav"
-    sf.write(root / rel, render.to_int16(x), SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    sf.write(root / rel, pcm.to_words(x), SAMPLE_RATE, subtype="PCM_16", format="WAV")
     rel_paths.append(rel)
   (root / NOISE_DIR / "README.md").write_text(
       "Background noise written by audioclf synthesize --background_noise: "

@@ -37,9 +37,4 @@ def clip(raw: np.ndarray, raw_rate: int, rng: np.random.Generator) -> np.ndarray
 
   out = noise
   out[offset:offset + len(speech)] += speech
-  return to_int16(out)
-
-
-def to_int16(x: np.ndarray) -> np.ndarray:
-  """Float samples in [-1, 1] as PCM_16, clipped."""
-  return np.clip(np.round(x * 32767.0), -32768, 32767).astype(np.int16)
+  return pcm.to_words(out)
