@@ -15,7 +15,7 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.data import sampler as sampler_lib
 from audioclf.data import streams as streams_lib
 from audioclf.data.augmentations import ORDER, registered
-from audioclf.data.augmentations import base, pitch_tempo, program, reverb, speed
+from audioclf.data.augmentations import base, pitch_tempo, program, reverb, speed, tail
 from conftest import write_tone_dataset
 
 SR = 16000
@@ -46,7 +46,8 @@ def _span(wave, level=0.1):
 
 def _sampler(**changes):
   params = audioclf.Params(**{"batch_size": 8, **changes})
-  return sampler_lib.Sampler(params, 100, labels=np.arange(100) % 4, num_classes=4)
+  return sampler_lib.Sampler(params, 100, labels=np.arange(100) % 4, num_classes=4,
+                             unknown_label=3)
 
 
 def _in_tf_data(fn, *tensors):
@@ -56,6 +57,7 @@ def _in_tf_data(fn, *tensors):
 
 # Each augmentation at settings that turn it on: a new one's author adds its own here.
 SETTINGS = {
+    "tail": dict(tail_prob=0.5),
     "pitch_tempo": dict(pitch_shift_semitones=(-2.0, 2.0), tempo_perturb=(0.9, 1.1),
                         pitch_tempo_prob=0.5),
     "reverb": dict(reverb_prob=0.5),
@@ -305,6 +307,42 @@ def test_mixup_mixes_examples_and_their_labels_alike():
   np.testing.assert_array_equal(eval_labels, np.arange(8))
 
 
+def test_a_word_tail_keeps_the_end_of_its_word_at_the_window_start_labelled_unknown():
+  # Rows 0-5 keywords, 6 _silence_, 7 _unknown_: a burst of 8000 samples each, from 2000 + 500 i.
+  waves = np.stack([_tone(440.0, 32000, 2000 + 500 * i, 10000 + 500 * i) for i in range(8)])
+  waves += 1e-4 * np.random.default_rng(0).standard_normal(waves.shape).astype(np.float32)
+  labels = tf.constant([0, 1, 2, 0, 1, 2, 4, 3])
+  sampler = sampler_lib.Sampler(audioclf.Params(batch_size=8, tail_prob=1.0, tail_keep=0.25),
+                                100, silence_label=4, num_classes=5, unknown_label=3)
+  out, got = sampler.augment(tf.constant(waves), labels, 0)
+  np.testing.assert_array_equal(got, [3, 3, 3, 3, 3, 3, 4, 3])
+  for row in range(6):
+    first, last = _span(out.numpy()[row])
+    assert first < 80 and abs(last - 2000) < 160, (row, first, last)  # A quarter, within a frame.
+  np.testing.assert_array_equal(out[7], waves[7])  # _unknown_ as it was (_silence_ takes noise).
+  some = sampler_lib.Sampler(audioclf.Params(batch_size=8, tail_prob=0.3), 100, num_classes=5,
+                             unknown_label=3)
+  many = tf.constant(np.tile(waves[:1], (200, 1)))
+  moved = some.augment(many, tf.zeros([200], tf.int32), 5)[1].numpy() == 3
+  assert 40 < moved.sum() < 80  # Chosen per example, at its chance.
+  with pytest.raises(ValueError, match="no _unknown_ class"):
+    sampler_lib.Sampler(audioclf.Params(tail_prob=0.1), 100)
+
+
+def test_word_tails_reach_training_batches_through_input_fn(tmp_path):
+  data = write_tone_dataset(tmp_path / "data", labels=("low", "_unknown_"), per_label=8)
+  params = audioclf.Params(data_dir=data, cache_dir=str(tmp_path / "cache"), batch_size=6,
+                           clip_seconds=0.5, time_shift_seconds=0.0, tail_prob=1.0,
+                           tail_keep=(0.5, 0.5), validation_percent=25, testing_percent=0)
+  features, labels = next(iter(audioclf.input_fn(params, "train")))
+  assert (labels.numpy() == 0).all()  # "_unknown_" sorts first: every clip is one now.
+  waves = features["waveform"].numpy()
+  tails = np.abs(waves[:, 4400:]).max(1) < 0.01  # A tone of 8000 samples kept half lasts 4000.
+  assert tails.any() and not tails.all() and (np.abs(waves[tails, :3600]).max(1) > 0.1).all()
+  hz = np.argmax(np.abs(np.fft.rfft(waves[:, :3200], axis=-1)), axis=-1) * SR / 3200
+  assert (hz[tails] < 450).all() and (hz[~tails] > 450).all()  # "low" (300 Hz) became tails.
+
+
 @pytest.mark.parametrize("count", [0, 3, 8, 13])
 def test_on_rows_transforms_the_chosen_rows_only(count):
   waves = tf.constant(np.arange(20 * 4, dtype=np.float32).reshape(20, 4))
@@ -390,7 +428,7 @@ def test_no_two_draws_share_a_key(monkeypatch):
   monkeypatch.setattr(streams_lib, "stream_key", recording)
   for index in range(2):  # Two shards of one run: their keys must stay apart too.
     sampler = sampler_lib.Sampler(audioclf.Params(batch_size=8, **_EVERY), 100, (index, 2),
-                                  silence_label=1, num_classes=4)
+                                  silence_label=1, num_classes=4, unknown_label=2)
     for k in range(4):
       before = len(asked)
       sampler.augment(tf.zeros([8, 400]), tf.zeros([8], tf.int32), k)
@@ -399,6 +437,6 @@ def test_no_two_draws_share_a_key(monkeypatch):
       names = [name for name, _, _ in asked[before:]]
       assert len(names) == len(set(names)), names  # One key per draw of a batch.
   draws = {(name, at): key for name, at, key in asked}
-  assert {"window", "speed", "reverb", "noise", "silence", "gain", "mixup"} <= {
+  assert {"window", "tail", "speed", "reverb", "noise", "silence", "gain", "mixup"} <= {
       name for name, _ in draws}
   assert len(set(draws.values())) == len(draws)

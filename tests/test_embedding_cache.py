@@ -223,3 +223,9 @@ def test_train_and_evaluate_through_the_command_line(tmp_path, engine, trainable
   info = json.loads(_audioclf("cache", *flags[:2], "--info")[0][-1])
   assert [d["kind"] for d in info["derived_splits"]] == (["embeddings"] if engine == "keras"
                                                          else [])
+
+
+def test_word_tails_train_from_audio_not_from_the_cached_views():
+  from audioclf.embeddings import fit  # pylint: disable=g-import-not-at-top
+  assert fit._why_not(Params(engine="keras"), False) == ""
+  assert "--tail_prob" in fit._why_not(Params(engine="keras", tail_prob=0.1), False)

@@ -61,6 +61,8 @@ REJECTED = [
     ("rir_dir", 3, "must be a string"),
     ("reverb_rt60", "0,0.5", r"must be > 0 and <= 10 \(one time in seconds, or min,max\)"),
     ("gain_db", "6,-6", "must be min,max with min <= max"),
+    ("tail_prob", 1.2, "must be >= 0 and <= 1"),
+    ("tail_keep", "0.2,1", "must be > 0 and < 1"),
     ("mixup_alpha", -0.2, "must be >= 0 and <= 10"),
     ("balanced_sampler", "yes", "must be true or false, not str"),
     ("class_weights", "inverse", "must be one of none, balanced"),

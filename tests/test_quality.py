@@ -45,10 +45,12 @@ def test_the_det_curve_and_the_threshold_that_meets_a_target():
   keywords = hops({5: 0.8, 25: 0.97})
   placed = [Placed(4.0, 5.0, "yes"), Placed(24.0, 25.0, "yes")]
   curve = quality.det_curve(background, 3600.0, keywords, placed, make_detector, latency=1.0,
-                            thresholds=[0.5, 0.625, 0.85, 0.925, 0.99])
+                            thresholds=[0.5, 0.625, 0.75, 0.85, 0.925, 0.99])
   assert [(p["false_accepts_per_hour"], p["false_reject_rate"]) for p in curve] == [
-      (3.0, 0.0), (1.0, 0.0), (1.0, 0.5), (0.0, 0.5), (0.0, 1.0)]
-  assert quality.choose_threshold(curve, 1.0)["threshold"] == 0.625
+      (3.0, 0.0), (1.0, 0.0), (1.0, 0.0), (1.0, 0.5), (0.0, 0.5), (0.0, 1.0)]
+  # As few false rejects: the fewest false accepts, then the highest threshold.
+  assert quality.choose_threshold(curve, 3.0)["threshold"] == 0.75
+  assert quality.choose_threshold(curve, 1.0)["threshold"] == 0.75
   assert quality.choose_threshold(curve, 0.0)["threshold"] == 0.925
   assert quality.choose_threshold(curve[:2], 0.5) is None
 

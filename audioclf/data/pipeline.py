@@ -206,9 +206,12 @@ def _sampler(params: Params, manifest: Manifest, rows: "_SplitRows",
   """The sampler of `rows`, with the recordings it mixes in (cached first where they are not)."""
   recordings = (noise.Recordings.load(params, manifest.noise, decodes=decodes)
                 if mixes_noise else None)
+  unknown = (manifest.label_id(manifest_lib.UNKNOWN) if manifest_lib.UNKNOWN in manifest.labels
+             else None)
   return Sampler(params, len(rows.examples), shard, recordings, rows.silence,
                  labels=rows.labels, num_classes=len(manifest.labels),
-                 rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None)
+                 rirs=rir.load(params, manifest.rirs, decodes) if reverberates else None,
+                 unknown_label=unknown)
 
 
 def _kept(process: Optional[Process], *depends_on) -> tuple:

@@ -53,9 +53,10 @@ class Sampler:
   size, and the draws are keyed apart per shard. (0, 1) is the whole split.
 
   `labels` (each row's label id) are what the balanced sampler draws by;
-  `recordings`, `silence_label`, `rirs` and `num_classes` are what the
-  augmentations read (augmentations.base.Sources: background recordings,
-  the _silence_ label, impulse responses, the classes of mixup's soft labels).
+  `recordings`, `silence_label`, `rirs`, `num_classes` and `unknown_label`
+  are what the augmentations read (augmentations.base.Sources: background
+  recordings, the _silence_ label, impulse responses, the classes of mixup's
+  soft labels, the label of word tails).
 
   Raises:
     ValueError: a shard out of range, or a balanced sampler without labels,
@@ -65,7 +66,7 @@ class Sampler:
   def __init__(self, params: Params, n: int, shard: Optional[tuple[int, int]] = None,
                recordings=None, silence_label: Optional[int] = None, *,
                labels: Optional[np.ndarray] = None, num_classes: Optional[int] = None,
-               rirs=None):
+               rirs=None, unknown_label: Optional[int] = None):
     index, count = self.shard = tuple(shard or (0, 1))
     if not 0 <= index < count:
       raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
@@ -78,7 +79,7 @@ class Sampler:
     self.order_seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
     self.streams = Streams(params.seed, self.shard)
     self.augmenter = Augmenter(params, self.streams, Sources(recordings, silence_label, rirs,
-                                                             num_classes))
+                                                             num_classes, unknown_label))
     self.classes = None
     if params.balanced_sampler:
       if labels is None:

@@ -105,6 +105,8 @@ def _why_not(params: Params, distributed: bool) -> str:
     return ESTIMATOR
   if params.mixup_alpha:
     return "--mixup_alpha mixes clips and their labels, which the cached views do not"
+  if params.tail_prob:
+    return "--tail_prob relabels word tails _unknown_, which the cached views do not"
   if params.data_service:
     return "--data_service serves clips, not embeddings"
   if distributed:

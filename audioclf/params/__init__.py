@@ -120,7 +120,15 @@ class Params:
       data=True)
 
   # --- Augmentation after the cache: training only, each drawn per example by the sampler
-  # from (seed, batch number), in this order: voice, room, noise (above), gain, mixup.
+  # from (seed, batch number), in this order: tail, voice, room, noise (above), gain, mixup.
+  tail_prob: float = _field(
+      0.0, "Training: chance that a keyword example (not _silence_ or _unknown_) becomes a word "
+      "tail labelled _unknown_: moved back until only the end of its word (--tail_keep of it) "
+      "is left at the window's start, as a stream's window holds a word leaving it. Needs an "
+      "_unknown_ class.", Rule(ge=0, le=1), data=True)
+  tail_keep: tuple[float, ...] = _field(
+      (0.2, 0.6), "Training, with --tail_prob: the share of its word a tail keeps, drawn from "
+      "min,max.", Rule(gt=0, lt=1, size=2, why="min,max shares of the word"), data=True)
   speed_perturb: tuple[float, ...] = _field(
       (1.0, 1.0), "Training: resample each example by a factor drawn from min,max (0.9,1.1 as "
       "Kaldi's speed perturbation): tempo and pitch change together. 1,1 is off.",

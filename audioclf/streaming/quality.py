@@ -106,9 +106,18 @@ def det_curve(background: np.ndarray, background_seconds: float, keywords: np.nd
 
 def choose_threshold(curve: Sequence[dict], target_false_accepts_per_hour: float
                      ) -> Optional[dict]:
-  """The point of fewest false rejects whose false accepts per hour meet the target; None if none does."""
+  """The point of fewest false rejects whose false accepts per hour meet the target; None if none does.
+
+  Of points with as few false rejects, the one of fewest false accepts, then
+  the highest threshold: where the measurement tells them apart no further,
+  the most margin against the false accepts it is too short to count (on
+  new voices and noise, a word confused for another).
+  """
   within = [p for p in curve if p["false_accepts_per_hour"] <= target_false_accepts_per_hour]
-  return min(within, key=lambda p: (p["false_reject_rate"], p["threshold"])) if within else None
+  if not within:
+    return None
+  return min(within, key=lambda p: (p["false_reject_rate"], p["false_accepts_per_hour"],
+                                    -p["threshold"]))
 
 
 def place_keywords(background: np.ndarray, clips: Sequence[tuple[np.ndarray, str]],

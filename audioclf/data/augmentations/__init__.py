@@ -3,6 +3,7 @@
   base.py         Augmentation (its Params fields, streams, draws, steps), Batch, Sources
   compose.py      Augmenter: a stream's augmentations, drawn per batch and run in ORDER
   program.py      Step and apply: a batch's augmentations as one program; on_rows
+  tail.py         word tails: a keyword's window moved on to its word's end, labelled _unknown_
   spectra.py      what their FFTs share: fast sizes, passbands, the low-pass, levels
   pitch_tempo.py  pitch and tempo apart: a phase vocoder, then the voice's resampling
   reverb.py       convolution with a bank of impulse responses, recorded or synthetic
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import importlib
 
-# In the order sound reaches a microphone: the voice (pitch and tempo), the
-# room it is spoken in, the recording's speed (its room included, as Kaldi's
-# speed perturbation of recorded audio), the background (at an SNR against
-# the reverberant voice), the level (after the noise, so its SNR holds), then
-# mixup, which mixes finished examples and their labels.
-ORDER = ("pitch_tempo", "reverb", "speed", "noise", "gain", "mixup")
+# First where the window lies on the word (a tail, found before any noise
+# hides the word); then in the order sound reaches a microphone: the voice
+# (pitch and tempo), the room it is spoken in, the recording's speed (its room
+# included, as Kaldi's speed perturbation of recorded audio), the background
+# (at an SNR against the reverberant voice), the level (after the noise, so its
+# SNR holds), then mixup, which mixes finished examples and their labels.
+ORDER = ("tail", "pitch_tempo", "reverb", "speed", "noise", "gain", "mixup")
 
 
 def registered() -> list[type]:

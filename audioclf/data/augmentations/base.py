@@ -20,12 +20,14 @@ class Sources:
   white noise; `silence_label` the label id of the _silence_ clips, which
   always get noise, None without any; `rirs` (noise.Recordings from
   audioclf.data.rir) the impulse responses, None for synthetic ones;
-  `num_classes` what mixup's soft labels span.
+  `num_classes` what mixup's soft labels span; `unknown_label` the
+  _unknown_ label's id (what word tails become), None without one.
   """
   recordings: Any = None
   silence_label: Optional[int] = None
   rirs: Any = None
   num_classes: Optional[int] = None
+  unknown_label: Optional[int] = None
 
 
 class Batch:
