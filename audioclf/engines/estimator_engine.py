@@ -158,6 +158,9 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   with --keep_best, a copy of it in best/ when its evaluation is the best so
   far, and with --early_stopping_patience, the run's end when too many were
   not (in one process; a cluster keeps the best on its evaluator task).
+  With --embedding_views and a frozen pretrained front end, the training
+  step is the head view's on cached embeddings (`embeddings.estimator`),
+  and evaluation still the full model's on raw audio.
 
   Where TF_CONFIG names a cluster, this process is one task of TensorFlow's
   between-graph replication: the chief and the workers each train on their
@@ -231,18 +234,19 @@ class _Run:
   def __init__(self, params: Params, manifest: Manifest, task: Optional[cluster_lib.Task]):
     self.params, self.manifest, self.task = params, manifest, task
     self.chief = task is None or task.is_chief
-    model = _model(params, manifest)
-    # With --embedding_views, the head trains on cached embeddings (or why not is logged),
-    # embedded before model_to_estimator, after which the eager model runs no more.
-    cut = embed_fit.cut(params, model, manifest, distributed=task is not None)
-    self.estimator = _estimator(params, model)
-    self.head = embed_estimator.head(params, model, cut, self.estimator) if cut else None
-    if self.head is not None:
-      self.estimator = self.head.estimator
     if self.chief:
       model_dir_lib.localize_checkpoint_list(params.model_dir)
     self.latest = model_dir_lib.own_latest_checkpoint(params.model_dir)
     self.start_step = model_dir_lib.checkpoint_step(self.latest) if self.latest else 0
+    model = _model(params, manifest)
+    # With --embedding_views, the head trains on cached embeddings (or why not is logged),
+    # embedded before model_to_estimator, after which the eager model runs no more.
+    cut = (embed_fit.cut(params, model, manifest, distributed=task is not None)
+           if self.start_step < params.train_steps else None)
+    self.estimator = _estimator(params, model)
+    self.head = embed_estimator.head(params, model, cut, self.estimator) if cut else None
+    if self.head is not None:
+      self.estimator = self.head.estimator
     # Locally this process evaluates; in a cluster, the evaluator task does.
     self.best = best_lib.tracker(params, write=task is None or task.type == "evaluator")
     self.clock = training_clock(steps_to_run=params.train_steps - self.start_step)
