@@ -173,7 +173,8 @@ def estimator_head_step(model, optimizer_config: dict, head_of: Callable, featur
   the checkpoints hold exactly what a step of the clone would save.
   optimizer_config is model.optimizer.get_config(), read eagerly (as
   model_to_estimator does: in the graph its hyperparameters' variables
-  would belong to another).
+  would belong to another). No public way serves, and none is fallen back
+  to: tf.estimator ends at TF 2.15, where these stay where they are.
   """
   # pylint: disable=protected-access,g-import-not-at-top
   from tensorflow.python.checkpoint import checkpoint as trackable_util
@@ -188,8 +189,9 @@ def estimator_head_step(model, optimizer_config: dict, head_of: Callable, featur
   var_list = tf.compat.v2.__internal__.tracking.ObjectGraphView(clone).frozen_saveable_objects()
   saver = tf.compat.v1.train.Saver(var_list=var_list, sharded=True)
   saver._object_restore_saver = trackable_util.frozen_saver(clone)
-  return head.total_loss, head.train_function.updates_op, tf.compat.v1.train.Scaffold(saver=saver)
+  step = head.train_function.updates_op
   # pylint: enable=protected-access,g-import-not-at-top
+  return head.total_loss, step, tf.compat.v1.train.Scaffold(saver=saver)
 
 
 def warm_start_settings(estimator):

@@ -1,4 +1,4 @@
-"""What the Estimator engine fits with --embedding_views: model_to_estimator's Estimator, its training step the head view's.
+"""What the Estimator engine fits with --embedding_views: model_to_estimator's, its step the head's.
 
 The Estimator is model_to_estimator's with one change, in its training
 graph. There the model is cloned as model_to_estimator clones it (the same
@@ -16,6 +16,7 @@ model_to_estimator's clone, step and saver, and could drift from them.)
 from __future__ import annotations
 
 import dataclasses
+
 import tensorflow as tf
 
 from audioclf import compat
@@ -27,7 +28,7 @@ from audioclf.embeddings import table as table_lib
 from audioclf.model import build as models
 from audioclf.params import Params
 
-compat.require_estimator()
+compat.require_estimator()  # Before tf.estimator is first touched: say which stack has it.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,7 +70,7 @@ class _Validation(keras.callbacks.Callback):
 
 def cut(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
         distributed: bool = False) -> Optional[Cut]:
-  """The cut of `model` (built, with its front end's weights) and its table, or None: train from audio.
+  """The cut of `model` (built, its front end's weights in) and its table; None: train from audio.
 
   None where --embedding_views is 0, or (with a warning naming the reason)
   where the run cannot train from embeddings. The table is read from the
@@ -108,7 +108,7 @@ def cut(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
 
 def plan(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
          distributed: bool = False) -> Optional[HeadFit]:
-  """The Keras engine's head fit for `model` (compiled, restored), or None: train from audio (`cut`).
+  """The Keras engine's head fit for `model` (compiled, restored); None: from audio (`cut`).
 
   Raises:
     ParamError: a batch larger than the train split.

@@ -213,7 +213,7 @@ def _model(params: Params, manifest: Manifest) -> keras.Model:
 
 
 def _estimator(params: Params, model: keras.Model) -> tf.estimator.Estimator:
-  """model_to_estimator of `model`, warm-started from its weights, checkpointing every eval_every_steps."""
+  """model_to_estimator of `model`, its weights the start, saving every eval_every_steps."""
   config = tf.estimator.RunConfig(
       model_dir=params.model_dir,
       tf_random_seed=params.seed,
