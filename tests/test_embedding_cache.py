@@ -255,7 +255,7 @@ def test_the_estimator_trains_the_head_as_the_keras_engine_and_saves_a_run_from_
     audioclf.train(changed)
     return changed.model_dir, caplog.text
 
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger="absl")  # Whatever verbosity parsed flags left it at.
   estimator, log = train("estimator", engine="estimator")
   assert "training the head on" in log and "training from audio" not in log
   keras_dir, _ = train("keras", engine="keras")
