@@ -1,6 +1,7 @@
 """Embed once: the embedding table's key, its checks, its views, the head view, the cache command, and training through it."""
 
 import json
+import logging
 import os
 import sys
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import audioclf
 from audioclf import Params
 from audioclf.data import cache_maintenance
 from audioclf.data import manifest as manifest_lib
@@ -16,6 +18,7 @@ from audioclf.data.cache_format import data_path, marker_path
 from audioclf.embeddings import batches, boundary as boundary_lib, table as table_lib
 from audioclf.embeddings import views as views_lib
 from audioclf.model import build as models
+from audioclf.model import model_dir as model_dir_lib
 from audioclf.model.speech import shipped
 from conftest import write_tone_dataset
 from test_your_model import ROOT, _env, last_json
@@ -211,18 +214,73 @@ def test_train_and_evaluate_through_the_command_line(tmp_path, engine, trainable
   out, err = _audioclf("train", *flags)
   trained = last_json(out)
   assert trained["steps"] == 8 and trained["best"]["step"] in (4, 8)
-  if engine == "keras":
-    assert "training the head on new embeddings" in err
-    out, err = _audioclf("train", *flags[:-1], f"--model_dir={tmp_path / 'again'}")
-    assert "training the head on cached embeddings" in err
-  else:
-    assert "training from audio, as the Estimator engine trains from audio" in err
+  assert "training the head on new embeddings" in err and "training from audio" not in err
+  out, err = _audioclf("train", *flags[:-1], f"--model_dir={tmp_path / 'again'}")
+  assert "training the head on cached embeddings" in err
   evaluated = last_json(_audioclf("evaluate", f"--model_dir={tmp_path / 'model'}", "--split=test",
                                   f"--cache_dir={tmp_path / 'cache'}")[0])
   assert 0 <= evaluated["accuracy"] <= 1 and evaluated["files"] > 0
+  if engine == "estimator":
+    _audioclf("export", f"--model_dir={tmp_path / 'model'}", f"--export_dir={tmp_path / 'export'}")
+    assert os.path.exists(tmp_path / "export" / "saved_model.pb")
   info = json.loads(_audioclf("cache", *flags[:2], "--info")[0][-1])
-  assert [d["kind"] for d in info["derived_splits"]] == (["embeddings"] if engine == "keras"
-                                                         else [])
+  assert [d["kind"] for d in info["derived_splits"]] == ["embeddings"]
+
+
+def _checkpoint(model_dir, step=None) -> dict:
+  """{key: value} of a model_dir's checkpoint at `step` (None: the latest)."""
+  path = (tf.train.latest_checkpoint(model_dir) if step is None
+          else os.path.join(model_dir, f"model.ckpt-{step}"))
+  reader = tf.train.load_checkpoint(path)
+  return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+          if key != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def _weights(values: dict) -> dict:
+  return {key: v for key, v in values.items()
+          if key.startswith("layer") and ".OPTIMIZER_SLOT" not in key}
+
+
+@pytest.mark.slow
+@pytest.mark.legacy_only
+def test_the_estimator_trains_the_head_as_the_keras_engine_and_saves_a_run_from_audio(
+    run, tmp_path, caplog):
+  params, manifest = run
+  # No dropout: the engines' only draw that differs.
+  params = params.replace(train_steps=8, eval_every_steps=4, dropout=0.0)
+
+  def train(name, **change):
+    changed = params.replace(model_dir=str(tmp_path / name), **change)
+    caplog.clear()
+    audioclf.train(changed)
+    return changed.model_dir, caplog.text
+
+  caplog.set_level(logging.INFO, logger="absl")  # Whatever verbosity parsed flags left it at.
+  estimator, log = train("estimator", engine="estimator")
+  assert "training the head on" in log and "training from audio" not in log
+  keras_dir, _ = train("keras", engine="keras")
+  audio, log = train("audio", engine="estimator", embedding_views=0, train_steps=4)
+  assert "training the head" not in log
+  train("resumed", engine="estimator", train_steps=4)
+  resumed, _ = train("resumed", engine="estimator")
+  trained = _checkpoint(estimator)
+  # The keys and shapes of a run from audio: evaluate, export and migrate read it as one.
+  assert ({k: v.shape for k, v in trained.items()}
+          == {k: v.shape for k, v in _checkpoint(audio).items()})
+  # The same batches from the same first weights: the Keras engine's steps, to float error.
+  weights, first = _weights(trained), _weights(_checkpoint(estimator, 0))
+  assert max(np.abs(weights[k] - first[k]).max() for k in weights) > 1e-2
+  for key, value in _weights(_checkpoint(keras_dir)).items():
+    np.testing.assert_allclose(weights[key], value, atol=2e-4, err_msg=key)
+  # Resumed at step 4, it continues at batch 4: the same checkpoint as one run of 8 steps.
+  for key, value in _checkpoint(resumed).items():
+    np.testing.assert_allclose(trained[key], value, rtol=0, atol=1e-6, err_msg=key)
+  model, _, labels = model_dir_lib.load_model(estimator, checkpoint="last")
+  source = table_lib.source_of(params, manifest)
+  waves = source.clips.windows(np.arange(len(source.labels)), np.zeros(len(source.labels), int),
+                               params.clip_samples)
+  predicted = model.predict_on_batch(models.inputs(waves)).argmax(axis=1)
+  assert np.mean(predicted == source.labels) > 0.5  # Of 3 labels: it heard the tones.
 
 
 def test_word_tails_train_from_audio_not_from_the_cached_views():

@@ -55,6 +55,17 @@ def _canned_model_fn():
   return vars(estimator)["_model_fn"]
 
 
+def _estimator_warm_start():
+  import tempfile  # pylint: disable=g-import-not-at-top
+  return vars(tf.estimator.Estimator(lambda features, labels, mode: None,
+                                     model_dir=tempfile.mkdtemp()))["_warm_start_settings"]
+
+
+def _saver_object_restore():
+  with tf.Graph().as_default():
+    return vars(tf.compat.v1.train.Saver([tf.compat.v1.Variable(0)]))["_object_restore_saver"]
+
+
 BOTH = (LEGACY_STACK, CURRENT_STACK)
 SYMBOLS = (
     Symbol("keras", "Model._symbolic_build", (CURRENT_STACK,),
@@ -96,6 +107,29 @@ SYMBOLS = (
     Symbol("tensorflow.estimator", "DNNClassifier()._model_fn", (LEGACY_STACK,),
            "read a canned Estimator's constructor arguments (migrate --estimator), which it "
            "keeps only in the model_fn it made of them", probe=_canned_model_fn),
+    # The Estimator's training graph of a head view (estimator_head_step): model_to_estimator's
+    # own steps, which it keeps inside the model_fn it makes; tf.estimator ends at TF 2.15.
+    Symbol("tensorflow_estimator.python.estimator.keras_lib", "_clone_and_build_model",
+           (LEGACY_STACK,), "clone the compiled model into the Estimator's graph as "
+           "model_to_estimator does, so its head view trains the very variables it saves"),
+    Symbol("keras.src.engine.training_v1", "Model._make_train_function", (LEGACY_STACK,),
+           "the head view's training step in that graph (its total_loss and the function's "
+           "updates_op), as model_to_estimator's model_fn takes the model's"),
+    Symbol("keras.src.backend", "GraphExecutionFunction", (LEGACY_STACK,),
+           "the same: the class whose updates_op is the step"),
+    Symbol("keras", "Model._track_trackable", (LEGACY_STACK,),
+           "name the global step estimator_global_step in the checkpoint, as model_to_estimator"),
+    Symbol("tensorflow", "compat.v2.__internal__.tracking.ObjectGraphView", (LEGACY_STACK,),
+           "save the head's training graph in the object-based format of model_to_estimator, "
+           "keyed by the full model"),
+    Symbol("tensorflow.python.checkpoint.checkpoint", "frozen_saver", (LEGACY_STACK,),
+           "the same, for a restore from a checkpoint of other names"),
+    Symbol("tensorflow.compat.v1.train", "Saver()._object_restore_saver", (LEGACY_STACK,),
+           "the same", probe=_saver_object_restore),
+    Symbol("tensorflow.estimator", "Estimator()._warm_start_settings", (LEGACY_STACK,),
+           "warm-start the head's Estimator from model_to_estimator's first checkpoint (the "
+           "eager model's weights), as model_to_estimator's own Estimator does",
+           probe=_estimator_warm_start),
 )
 
 
@@ -121,6 +155,48 @@ def canned_arguments(estimator) -> Optional[dict[str, Any]]:
   import inspect  # pylint: disable=g-import-not-at-top
   model_fn = vars(estimator).get("_model_fn")
   return inspect.getclosurevars(model_fn).nonlocals if callable(model_fn) else None
+
+
+# --- The Estimator's training graph of a head view (embeddings.estimator).
+
+
+def estimator_head_step(model, optimizer_config: dict, head_of: Callable, features: dict,
+                        labels):
+  """(loss, train op, scaffold) of model_to_estimator's training graph, its step a head's.
+
+  As model_to_estimator's model_fn does, `model` (compiled) is cloned on
+  `features` and `labels`, its optimizer's step the global step, and saved
+  through an object-based saver rooted at the clone. Then `head_of(clone)`
+  (a Keras model of the clone's layers, built on its own input tensors) is
+  compiled with the clone's optimizer and loss, and its step is the one
+  returned: the optimizer's slots are those of the clone's variables, so
+  the checkpoints hold exactly what a step of the clone would save.
+  optimizer_config is model.optimizer.get_config(), read eagerly (as
+  model_to_estimator does: in the graph its hyperparameters' variables
+  would belong to another). No public way serves, and none is fallen back
+  to: tf.estimator ends at TF 2.15, where these stay where they are.
+  """
+  # pylint: disable=protected-access,g-import-not-at-top
+  from tensorflow.python.checkpoint import checkpoint as trackable_util
+  from tensorflow_estimator.python.estimator import keras_lib
+  clone = keras_lib._clone_and_build_model(tf.estimator.ModeKeys.TRAIN, model, None, features,
+                                           labels, optimizer_config)
+  head = head_of(clone)
+  head.compile(optimizer=clone.optimizer, loss=clone.loss, target_tensors=[labels])
+  head._make_train_function()
+  # After the step: its optimizer slots are in the object graph saved.
+  clone._track_trackable(tf.compat.v1.train.get_global_step(), "estimator_global_step")
+  var_list = tf.compat.v2.__internal__.tracking.ObjectGraphView(clone).frozen_saveable_objects()
+  saver = tf.compat.v1.train.Saver(var_list=var_list, sharded=True)
+  saver._object_restore_saver = trackable_util.frozen_saver(clone)
+  step = head.train_function.updates_op
+  # pylint: enable=protected-access,g-import-not-at-top
+  return head.total_loss, step, tf.compat.v1.train.Scaffold(saver=saver)
+
+
+def warm_start_settings(estimator):
+  """What `estimator` warm-starts from (model_to_estimator's: the Keras model's first weights)."""
+  return vars(estimator)["_warm_start_settings"]
 
 
 # --- Keras 3 under several replicas (compat.training.fit_under).

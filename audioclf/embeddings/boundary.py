@@ -44,9 +44,14 @@ class Boundary:
                                  name="frozen_front_end")
     self.shape = tuple(int(d) for d in self.front_end.output.shape[1:])
 
-  def head_view(self) -> keras.Model:
-    """The model's layers after the cut, the same objects, called on [batch, *shape]."""
-    start = keras.Input(shape=self.shape, name=INPUT_NAME)
+  def head_view(self, tensor=None) -> keras.Model:
+    """The model's layers after the cut, the same objects, called on [batch, *shape].
+
+    Args:
+      tensor: the tensor its input is, where it is built on one (the
+        Estimator's training graph); None: a new Input, as for fit.
+    """
+    start = keras.Input(shape=self.shape, name=INPUT_NAME, tensor=tensor)
     made = {id(self.layer.output): _Part(self.layer, "trained_part")(start)}
     for layer in self.model.layers[self.index + 1:]:
       given = layer.input

@@ -1,8 +1,10 @@
-"""What the Keras engine fits with --embedding_views: the head view on cached embeddings, or why not, in one line.
+"""What an engine fits with --embedding_views: the head view on cached embeddings, or why not, in one line.
 
 The head view shares the model's layers and its optimizer (so its step is
 the global step, and the checkpoint of the model holds all), and each
 evaluation is the full model's on raw audio, as a run from audio reports it.
+`cut` is what both engines share; `plan` is the Keras engine's fit, and
+embeddings/estimator.py the Estimator engine's.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from audioclf.embeddings import table as table_lib
 from audioclf.model import losses
 from audioclf.params import ParamError, Params
 
-# What the Estimator engine says: it trains from audio.
-ESTIMATOR = ("the Estimator engine trains from audio (model_to_estimator rebuilds the whole "
-             "model in a graph of its own: its head alone would take a model_fn of audioclf's "
-             "own); --engine=keras trains from the embedding cache")
+
+@dataclasses.dataclass(frozen=True)
+class Cut:
+  """Where a model's frozen front end ends, and the train split's table of its output."""
+
+  boundary: boundary_lib.Boundary
+  table: table_lib.Table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +68,19 @@ class _Validation(keras.callbacks.Callback):
       logs.update({f"val_{name}": results[name] for name in ("loss", "accuracy")})
 
 
-def plan(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
-         distributed: bool = False) -> Optional[HeadFit]:
-  """The head fit for `model` (compiled, restored), or None: train from audio.
+def cut(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
+        distributed: bool = False) -> Optional[Cut]:
+  """The cut of `model` (built, its front end's weights in) and its table; None: train from audio.
 
   None where --embedding_views is 0, or (with a warning naming the reason)
-  where the run cannot train from embeddings.
+  where the run cannot train from embeddings. The table is read from the
+  cache, or embedded now and written there.
+
+  Args:
+    params: the run's parameters.
+    model: build_model's model.
+    manifest: the loaded data manifest.
+    distributed: the run trains on several replicas or cluster tasks.
 
   Raises:
     ParamError: a batch larger than the train split.
@@ -89,20 +101,31 @@ def plan(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
   if params.batch_size > len(table.labels):
     raise ParamError(f"--batch_size={params.batch_size}: must be at most {len(table.labels)}, "
                      "the examples of the 'train' split")
-  head = found.head_view()
+  logging.info("audioclf: training the head on %s embeddings (%d clips x %d views) in %s",
+               "new" if table.embedded else "cached", len(table.labels), table.views, table.base)
+  return Cut(found, table)
+
+
+def plan(params: Params, model: keras.Model, manifest: manifest_lib.Manifest,
+         distributed: bool = False) -> Optional[HeadFit]:
+  """The Keras engine's head fit for `model` (compiled, restored); None: from audio (`cut`).
+
+  Raises:
+    ParamError: a batch larger than the train split.
+  """
+  found = cut(params, model, manifest, distributed)
+  if found is None:
+    return None
+  head = found.boundary.head_view()
   compat.build_optimizer(model)  # Its slots for the model's variables, which the head's are.
   head.compile(optimizer=model.optimizer,
                loss=losses.loss(params, manifest.label_counts("train")),
                metrics=[losses.accuracy(params)])
-  logging.info("audioclf: training the head on %s embeddings (%d clips x %d views) in %s",
-               "new" if table.embedded else "cached", len(table.labels), table.views, table.base)
-  return HeadFit(head, table, params)
+  return HeadFit(head, found.table, params)
 
 
 def _why_not(params: Params, distributed: bool) -> str:
   """Why a run with a frozen front end still trains from audio ("" where nothing stops it)."""
-  if params.engine != "keras":
-    return ESTIMATOR
   if params.mixup_alpha:
     return "--mixup_alpha mixes clips and their labels, which the cached views do not"
   if params.tail_prob:
@@ -110,5 +133,6 @@ def _why_not(params: Params, distributed: bool) -> str:
   if params.data_service:
     return "--data_service serves clips, not embeddings"
   if distributed:
-    return "each replica would need its own share of the table (one device trains from it)"
+    return ("each replica or cluster task would need its own share of the table (one device "
+            "trains from it)")
   return ""

@@ -16,6 +16,7 @@ from audioclf.data import service as dataservice
 from audioclf.data.manifest import Manifest
 from audioclf.data.pipeline import fill_cache, input_fn
 from audioclf.distributed import cluster as cluster_lib
+from audioclf.embeddings import estimator as embed_estimator
 from audioclf.embeddings import fit as embed_fit
 from audioclf.engines.clock import EstimatorClockHook, StepClock, training_clock
 from audioclf.engines.common import (
@@ -157,6 +158,9 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
   with --keep_best, a copy of it in best/ when its evaluation is the best so
   far, and with --early_stopping_patience, the run's end when too many were
   not (in one process; a cluster keeps the best on its evaluator task).
+  With --embedding_views and a frozen pretrained front end, the training
+  step is the head view's on cached embeddings (`embeddings.estimator`),
+  and evaluation still the full model's on raw audio.
 
   Where TF_CONFIG names a cluster, this process is one task of TensorFlow's
   between-graph replication: the chief and the workers each train on their
@@ -183,9 +187,6 @@ def train(params: Params, manifest: Manifest) -> Optional[Result]:
     _serve(task)
     return None
   _check_cluster(params, task)
-  if params.embedding_views:
-    logging.warning("audioclf: --embedding_views=%d: training from audio, as %s",
-                    params.embedding_views, embed_fit.ESTIMATOR)
   return _Run(params, manifest, task).train()
 
 
@@ -204,13 +205,15 @@ def _check_cluster(params: Params, task: Optional[cluster_lib.Task]) -> None:
                      "--engine=keras")
 
 
-def _estimator(params: Params, manifest: Manifest) -> tf.estimator.Estimator:
-  """model_to_estimator of the run's compiled model, checkpointing every eval_every_steps."""
-  # The Keras weights are drawn here, eagerly, exactly as in the Keras engine;
-  # model_to_estimator warm-starts the Estimator from them.
+def _model(params: Params, manifest: Manifest) -> keras.Model:
+  """The run's compiled model, its weights drawn eagerly, exactly as in the Keras engine."""
   keras.utils.set_random_seed(params.seed)
-  model = models.compile_model(models.build_model(params, len(manifest.labels)), params,
-                               class_counts=manifest.label_counts("train"))
+  return models.compile_model(models.build_model(params, len(manifest.labels)), params,
+                              class_counts=manifest.label_counts("train"))
+
+
+def _estimator(params: Params, model: keras.Model) -> tf.estimator.Estimator:
+  """model_to_estimator of `model`, its weights the start, saving every eval_every_steps."""
   config = tf.estimator.RunConfig(
       model_dir=params.model_dir,
       tf_random_seed=params.seed,
@@ -231,11 +234,19 @@ class _Run:
   def __init__(self, params: Params, manifest: Manifest, task: Optional[cluster_lib.Task]):
     self.params, self.manifest, self.task = params, manifest, task
     self.chief = task is None or task.is_chief
-    self.estimator = _estimator(params, manifest)
     if self.chief:
       model_dir_lib.localize_checkpoint_list(params.model_dir)
     self.latest = model_dir_lib.own_latest_checkpoint(params.model_dir)
     self.start_step = model_dir_lib.checkpoint_step(self.latest) if self.latest else 0
+    model = _model(params, manifest)
+    # With --embedding_views, the head trains on cached embeddings (or why not is logged),
+    # embedded before model_to_estimator, after which the eager model runs no more.
+    cut = (embed_fit.cut(params, model, manifest, distributed=task is not None)
+           if self.start_step < params.train_steps else None)
+    self.estimator = _estimator(params, model)
+    self.head = embed_estimator.head(params, model, cut, self.estimator) if cut else None
+    if self.head is not None:
+      self.estimator = self.head.estimator
     # Locally this process evaluates; in a cluster, the evaluator task does.
     self.best = best_lib.tracker(params, write=task is None or task.type == "evaluator")
     self.clock = training_clock(steps_to_run=params.train_steps - self.start_step)
@@ -259,8 +270,11 @@ class _Run:
     # from the global step in the graph: in a cluster that variable lives on a
     # ps, and no input op may be placed there. The probe goes in here too: the
     # Estimator builds the dataset in its own graph.
-    ds = metered_train_input(self.params, self.manifest, self.meter,
-                             seed_offset=self.start_step, shard=self.shard)
+    if self.head is not None:
+      ds = self.meter.attach(self.head.dataset(self.start_step))
+    else:
+      ds = metered_train_input(self.params, self.manifest, self.meter,
+                               seed_offset=self.start_step, shard=self.shard)
     device = prefetch_device(self.params)
     if device:
       # The last transformation: the next batches wait on the device. The
