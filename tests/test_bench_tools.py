@@ -331,7 +331,9 @@ def test_bench_input_measures_every_augmentation_against_the_demo_cnn(tmp_path):
               AUDIOCLF_MEASURED_DIR=str(tmp_path / "measured"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "augment_vs_training" in proc.stdout and "preset_vs_training" in proc.stdout
-  page, _ = _page(tmp_path / "measured", "bench_input_augment")
+  import bench_input
+  from audioclf.compat import stack
+  page, _ = _page(tmp_path / "measured", bench_input.measured_page(True, stack.STACK)[0])
   assert "augment_vs_training" in page
   results = json.loads(out.read_text())
   rows = {r["pipeline"]: r for r in results["rows"]}

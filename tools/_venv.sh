@@ -148,10 +148,16 @@ use_stack() {  # use_stack STACK: its venv, created or reused and up to date; se
   if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
     echo "[audioclf] installing audioclf[$EXTRAS] into $VENV (first run takes a minute or two)" >&2
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >&2
+    # pyproject's build requirements too: a build without isolation (the wheel test) uses the venv's.
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check $(build_requires "$VENV") >&2
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[$EXTRAS]" >&2
     echo "$want" > "$stamp"
   fi
   PYTHON="$VENV/bin/python"
+}
+
+build_requires() {  # pyproject.toml's [build-system] requires, as pip arguments.
+  "$1/bin/python" -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$ROOT/pyproject.toml"
 }
 
 print_skipped() {  # What is left out on this machine, and why; nothing when every stack runs.
