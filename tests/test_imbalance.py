@@ -143,3 +143,13 @@ def test_both_engines_train_with_every_augmentation_and_soft_labels(tone_params,
   assert np.isfinite([metrics["val_loss"], metrics["val_accuracy"], metrics["test_loss"]]).all()
   with open(os.path.join(params.model_dir, "params.json")) as f:
     assert json.load(f)["mixup_alpha"] == 0.4
+
+
+def test_an_order_is_traced_once_per_process_whatever_builds_it():
+  # Each input_fn makes a sampler; its batches' function is the one traced before (build time).
+  from audioclf.data import order as order_lib  # pylint: disable=g-import-not-at-top
+  made = [_balanced() for _ in range(2)]
+  assert made[0].order == made[1].order and made[0] is not made[1]
+  assert order_lib.traced_batches(made[0].order) is order_lib.traced_batches(made[1].order)
+  other = _balanced(batch_size=4)
+  assert order_lib.traced_batches(other.order) is not order_lib.traced_batches(made[0].order)

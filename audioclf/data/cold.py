@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional
 
 import numpy as np
@@ -123,7 +124,9 @@ def _file_decoder(params: Params, fill: Fill) -> Callable[[tf.Tensor], tf.Tensor
   through its decoder in Python (`Fill.decode`).
   """
   paths = tf.constant([e.path for e in fill.examples])
-  chosen = [decoders.for_path(e.path) for e in fill.examples]
+  exts = [os.path.splitext(e.path)[1].lower() for e in fill.examples]
+  by_ext = {ext: decoders.for_extension(ext) for ext in set(exts)}  # Once a format, not a file.
+  chosen = [by_ext[ext] for ext in exts]
   twins = {d.name: d.graph for d in chosen if d.graph is not None}
   # One twin for the split's files (a mix of several leaves the others to Python).
   name, twin = next(iter(twins.items()), (None, None))

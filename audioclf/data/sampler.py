@@ -1,19 +1,12 @@
-"""Which clip comes when: pure functions of (seed, global example index); each batch's augmentations.
+"""Which clip comes when, and each batch's draws: pure functions of (seed, global example index).
 
 Training reads an endless stream of examples numbered g = 0, 1, 2, ...; batch
-k holds examples k*B ... k*B + B - 1. Example g is in epoch g // n at
-position g % n, and reads row `index_shuffle(g % n, (seed, epoch))` of the
-split: a fresh permutation every epoch, computed per index as Grain's
-samplers do (`tf.random.experimental.index_shuffle`), so nothing bigger than
-a batch of numbers is ever held, and example g can be computed without
-0 .. g-1. With --balanced_sampler, example g is of class g % C instead (C
-the classes the split has, so every batch holds them evenly), and its row is
-the next one of that class's own permutation, a new one each time the class
-runs out: a pure function of (seed, g) too. The sampler gives a batch's
-index (its rows, `batch`); its number k is its key: the draws of batch k (each
-window's offset and time shift, `window_draws`, and the augmentations':
-audioclf.data.augmentations) are keyed by (seed, k) and the name of their
-stream (audioclf.data.streams),
+k holds examples k*B ... k*B + B - 1. The sampler gives a batch's index, the
+split rows its examples read (`batch`: audioclf.data.order, a fresh
+permutation every epoch, or with --balanced_sampler the classes in turn), and
+its number k is its key: the draws of batch k (each window's offset and time
+shift, `window_draws`, and the augmentations': audioclf.data.augmentations)
+are keyed by (seed, k) and the name of their stream (audioclf.data.streams),
 so those of example g are a pure function of (seed, g) for a given batch
 size, and no draw moves when another augmentation is added or removed.
 A batch is a pure function of (seeds, k, the cached clips and recordings):
@@ -30,16 +23,17 @@ of a split sees the same silence clips.
 from __future__ import annotations
 
 import copy
-import functools
 import os
 from typing import Optional
 
 import numpy as np
 import tensorflow as tf
 
+from audioclf.data import order as order_lib
 from audioclf.data import window as window_lib
 from audioclf.data.augmentations.base import Sources
 from audioclf.data.augmentations.compose import Augmenter
+from audioclf.data.order import Order
 from audioclf.data.streams import Streams
 from audioclf.params import Params
 
@@ -70,21 +64,20 @@ class Sampler:
     index, count = self.shard = tuple(shard or (0, 1))
     if not 0 <= index < count:
       raise ValueError(f"shard must be (index, count) with 0 <= index < count, got {shard}")
+    if params.balanced_sampler and labels is None:
+      raise ValueError("a balanced sampler needs each row's label")
     self.n, self.batch_size = n, params.batch_size
-    self.epoch_size = len(range(index, n, count))
     self.clip_samples = params.clip_samples
     self.shift = int(round(params.time_shift_seconds * params.sample_rate))
     seed = params.shuffle_seed
     # No shuffle seed: another order every run, as asked; the draws stay keyed by params.seed.
-    self.order_seed = int.from_bytes(os.urandom(4), "little") if seed is None else int(seed)
+    self.order = Order(n, params.batch_size, self.shard,
+                       int.from_bytes(os.urandom(4), "little") if seed is None else int(seed),
+                       order_lib.balanced(labels) if params.balanced_sampler else None)
+    self.epoch_size = self.order.epoch_size
     self.streams = Streams(params.seed, self.shard)
     self.augmenter = Augmenter(params, self.streams, Sources(recordings, silence_label, rirs,
                                                              num_classes, unknown_label))
-    self.classes = None
-    if params.balanced_sampler:
-      if labels is None:
-        raise ValueError("a balanced sampler needs each row's label")
-      self.classes = class_table(labels)
 
   def mapped(self) -> "Sampler":
     """This sampler for a graph that runs on another host (a tf.data service worker's).
@@ -112,59 +105,16 @@ class Sampler:
     The batch's number k is its key: every draw of it comes from k through a
     named stream (`streams.key(name, k)`), the window's `window_draws(k)` too.
     """
-    return self._batch_fn(tf.cast(k, tf.int64))
-
-  @functools.cached_property
-  def _batch_fn(self):
-    # Traced once per sampler: a cold pass draws in two places (its own
-    # batches, then those of the split it wrote).
-    return tf.function(self._batch, input_signature=[tf.TensorSpec([], tf.int64)],
-                       autograph=False)
-
-  def _batch(self, k: tf.Tensor) -> tf.Tensor:
-    g = k * self.batch_size + tf.range(self.batch_size, dtype=tf.int64)
-    if self.classes is not None:
-      return self._balanced_row(g)
-    epoch = g // self.epoch_size
-    # A batch no larger than an epoch spans at most two of them.
-    return tf.where(tf.equal(epoch, epoch[0]), self._row(g, epoch[0]), self._row(g, epoch[0] + 1))
+    return order_lib.traced_batches(self.order)(tf.cast(k, tf.int64))
 
   def example(self, g) -> tf.Tensor:
     """Training example g's row alone (a scalar): what `batch(g // B)` gives it, bit for bit."""
-    g = tf.cast(g, tf.int64)
-    return self._balanced_row(g) if self.classes is not None else self._row(g, g // self.epoch_size)
+    return self.order.rows(g)
 
   def eval_rows(self) -> range:
     """Evaluation's rows, in order: this shard's share."""
     index, count = self.shard
     return range(index, self.n, count)
-
-  def _row(self, g, epoch):
-    index, count = self.shard
-    position = index + (g % self.epoch_size) * count  # In the whole epoch's permutation.
-    return tf.random.experimental.index_shuffle(
-        position, tf.stack([tf.constant(self.order_seed, tf.int64), epoch]), self.n - 1)
-
-  def _balanced_row(self, g):
-    """The row of example(s) g of the balanced stream: class g % C, that class's next clip.
-
-    Of a shard (index, count), example g is its class's occurrence
-    (g // C) * count + index: the shards share each class's permutations.
-    """
-    rows, starts, sizes = (tf.constant(a, tf.int64) for a in self.classes)
-    classes = len(self.classes[2])
-    index, count = self.shard
-    slot = g % classes
-    occurrence = (g // classes) * count + index
-    size = tf.gather(sizes, slot)
-    # One permutation per (seed, class, round through the class). The raw op:
-    # index_shuffle's wrapper pads a batch of seeds [n, 2] along the wrong
-    # axis (TF 2.15 and 2.21), and the op takes all three numbers anyway.
-    seed = tf.stack([tf.fill(tf.shape(g), tf.constant(self.order_seed, tf.int64)), slot,
-                     occurrence // size], axis=-1)
-    position = tf.raw_ops.RandomIndexShuffle(index=occurrence % size, seed=seed,
-                                             max_index=size - 1, rounds=4)
-    return tf.gather(rows, tf.gather(starts, slot) + position)
 
   def window_draws(self, k) -> tf.Tensor:
     """Batch k's draws of where each window starts (`start`'s u): float64 [batch_size]."""
@@ -183,14 +133,4 @@ class Sampler:
   def decoded_window(self, samples: tf.Tensor, u=None) -> tuple[tf.Tensor, tf.Tensor]:
     """(window, length) of a decoded clip: at `start(u, ...)`, or without u its centre."""
     return window_lib.decoded(samples, u, self.clip_samples, self.shift)
-
-
-def class_table(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(rows grouped by class, each class's first position in them, its size), classes present only."""
-  labels = np.asarray(labels)
-  order = np.argsort(labels, kind="stable")
-  order = order[labels[order] >= 0]
-  _, sizes = np.unique(labels[order], return_counts=True)
-  starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-  return order.astype(np.int64), starts.astype(np.int64), sizes.astype(np.int64)
 

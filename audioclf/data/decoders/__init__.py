@@ -73,8 +73,12 @@ def registered() -> dict[str, Decoder]:
 
 def for_path(path: str) -> Decoder:
   """The decoder of `path`: the one that claims its extension, else the default."""
+  return for_extension(os.path.splitext(path)[1].lower())
+
+
+def for_extension(ext: str) -> Decoder:
+  """The decoder of files ending in `ext` (lower case, with its dot; "" for none)."""
   _load()
-  ext = os.path.splitext(path)[1].lower()
   default = None
   for decoder in _REGISTERED.values():
     if ext in decoder.extensions:
@@ -82,7 +86,7 @@ def for_path(path: str) -> Decoder:
     if not decoder.extensions:
       default = decoder
   if default is None:
-    raise LookupError(f"no decoder reads {path!r}, and none is registered as the default")
+    raise LookupError(f"no decoder reads {ext!r} files, and none is registered as the default")
   return default
 
 
