@@ -52,6 +52,7 @@ def define_flags() -> None:
                     "cost per hop (tools/stream_quality.py).")
   flags.DEFINE_string("runs_dir", "runs/bench_streaming", "--quality without --model_dir: where "
                       "the preset is trained.")
+  flags.DEFINE_integer("seed", 0, "--quality without --model_dir: the preset's training --seed.")
 
 
 def models():
@@ -180,12 +181,13 @@ def quality(load_before: str) -> None:
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
   log = lambda line: print(line, file=sys.stderr, flush=True)
-  model_dir = stream_quality.model(FLAGS.runs_dir, FLAGS.model_dir, log)
+  model_dir = stream_quality.model(FLAGS.runs_dir, FLAGS.model_dir, log, FLAGS.seed)
   results, held = stream_quality.rows(model_dir, log)
   text, verdict = stream_quality.table(results, held)
   print(text)
   record = {"bench": "bench_streaming_quality", "rows": results, "stream": held,
-            "target": verdict, "model_dir": model_dir}
+            "target": verdict, "model_dir": model_dir,
+            "seed": None if FLAGS.model_dir else FLAGS.seed}
   if FLAGS.measured:
     print("wrote", measured.write(
         "bench_streaming_quality",
