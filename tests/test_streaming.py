@@ -127,6 +127,27 @@ def test_int8_follows_float_hop_by_hop_on_a_noisy_stream(stream_and_clip):
   assert diff.max() < 0.06 and diff.mean() < 0.01, (diff.max(), diff.mean())
 
 
+def test_int8_calibrates_on_the_training_clips_in_the_training_noise(stream_and_clip, tmp_path):
+  import soundfile as sf
+  from audioclf.streaming import background, tflite
+  from conftest import write_tone_dataset
+  stream, _ = stream_and_clip
+  data = tmp_path / "data"
+  write_tone_dataset(data, labels=("low", "high"), per_label=6, seconds=1.0)
+  (tmp_path / "model").mkdir()
+  (tmp_path / "model" / "params.json").write_text(Params(data_dir=str(data)).to_json())
+  quiet = tflite.calibration_hops(stream, str(tmp_path / "model"), 3)
+  assert len(quiet) == 3 * 16000 // streaming.HOP_SAMPLES  # No noise: the clips end to end.
+  (data / "_background_noise_").mkdir()
+  noise = 0.05 * np.random.default_rng(0).standard_normal(16000 * 7)
+  sf.write(data / "_background_noise_" / "hiss.wav", noise, 16000)
+  hops = tflite.calibration_hops(stream, str(tmp_path / "model"), 3)
+  # Each clip a spacing after the last, the noise looped under all of them.
+  assert len(hops) == int(4 * background.spacing_seconds(stream) * 16000) // streaming.HOP_SAMPLES
+  assert np.sqrt(np.mean(np.square(hops), axis=1)).min() > 0.04
+  np.testing.assert_allclose(hops[1], noise[1280:2560], atol=1 / 16384)  # Before the first clip.
+
+
 def test_the_fast_step_is_the_step(stream_and_clip):
   stream, _ = stream_and_clip
   hops = vowels(2.0, seed=5)[:streaming.HOP_SAMPLES * 20].reshape(20, 1, -1)
