@@ -3,6 +3,7 @@
   python tools/bench_streaming.py --measured        # a minute or two on one core
   python tools/bench_streaming.py --model_dir=runs/demo/current/pretrained --hops=100
   python tools/bench_streaming.py --quality --measured   # the detector's quality (tools/stream_quality.py)
+  python tools/bench_streaming.py --quality --seed=1 --runs_dir=runs/seed1   # another training seed
 
 Each hop is 80 ms of audio (1280 samples at 16 kHz). Rows, on one CPU thread:
 
