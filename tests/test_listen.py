@@ -186,8 +186,11 @@ def test_export_tflite_streaming_writes_the_model_and_its_settings(model_dir, tm
   from test_your_model import audioclf as command, last_json
   out = tmp_path / "stream"
   result = last_json(command("export", f"--model_dir={model_dir}", "--format=tflite_streaming",
-                             f"--export_dir={out}", "--quantize=none"))
+                             f"--export_dir={out}", "--quantize=none", "--quantize=int8",
+                             "--calibration_clips=4"))
   assert result["variants"]["none"]["max_prob_diff"] < 1e-5
+  assert result["variants"]["int8"]["max_prob_diff"] < 0.1  # Calibrated on 4 clips end to end.
+  assert os.path.getsize(out / "stream_int8.tflite") > 0
   assert os.path.getsize(out / "stream.tflite") > 0 and not (out / "stream_dynamic.tflite").exists()
   sidecar = json.loads((out / "stream.json").read_text())
   assert sidecar["hop_samples"] == 1280 and sidecar["sample_rate"] == 16000

@@ -3,6 +3,7 @@
   python tools/bench_streaming.py --measured        # a minute or two on one core
   python tools/bench_streaming.py --model_dir=runs/demo/current/pretrained --hops=100
   python tools/bench_streaming.py --quality --measured   # the detector's quality (tools/stream_quality.py)
+  python tools/bench_streaming.py --quality --seed=1 --runs_dir=runs/seed1   # another training seed
 
 Each hop is 80 ms of audio (1280 samples at 16 kHz). Rows, on one CPU thread:
 
@@ -52,6 +53,7 @@ def define_flags() -> None:
                     "cost per hop (tools/stream_quality.py).")
   flags.DEFINE_string("runs_dir", "runs/bench_streaming", "--quality without --model_dir: where "
                       "the preset is trained.")
+  flags.DEFINE_integer("seed", 0, "--quality without --model_dir: the preset's training --seed.")
 
 
 def models():
@@ -180,12 +182,13 @@ def quality(load_before: str) -> None:
   tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
   tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
   log = lambda line: print(line, file=sys.stderr, flush=True)
-  model_dir = stream_quality.model(FLAGS.runs_dir, FLAGS.model_dir, log)
+  model_dir = stream_quality.model(FLAGS.runs_dir, FLAGS.model_dir, log, FLAGS.seed)
   results, held = stream_quality.rows(model_dir, log)
   text, verdict = stream_quality.table(results, held)
   print(text)
   record = {"bench": "bench_streaming_quality", "rows": results, "stream": held,
-            "target": verdict, "model_dir": model_dir}
+            "target": verdict, "model_dir": model_dir,
+            "seed": None if FLAGS.model_dir else FLAGS.seed}
   if FLAGS.measured:
     print("wrote", measured.write(
         "bench_streaming_quality",

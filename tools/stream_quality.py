@@ -49,8 +49,8 @@ TARGET_FALSE_ACCEPTS_PER_HOUR = 6  # Half the target's 2 in 10 minutes.
 TARGET = {"found": 0.85, "elsewhere": 2, "speed": 20.0}
 
 
-def model(runs_dir: str, model_dir: str | None, log) -> str:
-  """--model_dir, or the preset trained and its threshold chosen; the model_dir."""
+def model(runs_dir: str, model_dir: str | None, log, seed: int = 0) -> str:
+  """--model_dir, or the preset trained with `seed` and its threshold chosen; the model_dir."""
   if model_dir:
     return model_dir
   from audioclf.commands import flagfiles  # pylint: disable=g-import-not-at-top
@@ -61,7 +61,8 @@ def model(runs_dir: str, model_dir: str | None, log) -> str:
   bench_augment.audioclf_json("synthesize", f"--out={data}", "--noprogress", *SYNTHESIZE)
   log(f"training --preset={PRESET} into {model_dir}")
   shutil.rmtree(model_dir, ignore_errors=True)  # Trained from scratch, not resumed.
-  bench_augment.audioclf_json("train", f"--preset={PRESET}", f"--model_dir={model_dir}")
+  bench_augment.audioclf_json("train", f"--preset={PRESET}", f"--model_dir={model_dir}",
+                              f"--seed={seed}")
   bench_augment.audioclf_json("synthesize", *THRESHOLD_NOISE, "--noprogress")
   threshold_noise = THRESHOLD_NOISE[0].split("=", 1)[1]
   bench_augment.audioclf_json("evaluate", f"--model_dir={model_dir}", "--split=test",
@@ -108,14 +109,13 @@ def rows(model_dir: str, log) -> tuple[list[dict], dict]:
   settings = detector_lib.read_settings(model_dir) or {}
   data_dir = model_dir_lib.read_params(model_dir).data_dir
   keywords = [l for l in stream.labels if l not in detector_lib.BACKGROUND_LABELS]
-  # As audioclf evaluate --background spaces them: a window of noise on either side.
-  spacing = 2 * stream.window_samples / stream.sample_rate + background.GAP_SECONDS
+  spacing = background.spacing_seconds(stream)  # As audioclf evaluate --background spaces them.
   rate, hop = stream.sample_rate, streaming.HOP_SAMPLES
   noise, audio, placed = stream_audio(data_dir, keywords, spacing, rate)
   hops = lambda x: x[:len(x) // hop * hop].reshape(-1, hop)
   detect = lambda p: quality.detections(p, listen.make_detector(stream, settings))
   runtimes = {"listen (TF)": lambda x: _listened(stream, hops(x), settings)}
-  calibration = tflite.calibration_hops(model_dir, 300)
+  calibration = tflite.calibration_hops(stream, model_dir, 300)
   for name, quantize in (("TFLite float", "none"), ("TFLite int8", "int8")):
     content = tflite.convert(stream, quantize, calibration)
     runtimes[name] = lambda x, c=content: _timed(lambda: detect(tflite.run_hops(c, hops(x))))
@@ -195,4 +195,5 @@ NOTES = ("A keyword is found when its own word fires from its clip's start to 1 
          "keyword at an SNR drawn from 0-20 dB against the noise where it lies. x real time: "
          "stream seconds over the loop's wall seconds (model and detector, on --threads CPU "
          "threads for TF; TFLite's interpreter as plain LiteRT makes it). int8: weights and activations, "
-         "calibrated on 300 training clips; SpeechMel and the head's normalization float.")
+         "calibrated on 300 training clips placed in the training noise; SpeechMel, the embedding's "
+         "first layer and the head's normalization float (docs/streaming.md).")

@@ -66,7 +66,7 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
   settings = dict(detector_lib.read_settings(model_dir) or {})
   noise, clips = _background(background, stream.sample_rate), _keywords(params, split, stream)
   window_seconds = stream.window_samples / stream.sample_rate
-  keywords, placed = quality.place_keywords(noise, clips, window_seconds * 2 + GAP_SECONDS,
+  keywords, placed = quality.place_keywords(noise, clips, spacing_seconds(stream),
                                             stream.sample_rate, keyword_snr_db)
   curve = quality.det_curve(
       quality.stream_probabilities(stream, noise), len(noise) / stream.sample_rate,
@@ -96,6 +96,11 @@ def evaluate_background(model_dir: str, background: str, params: Params, split: 
     report["detector"] = _keep(model_dir, settings, report)
   report["report_dir"] = report_dir
   return report
+
+
+def spacing_seconds(stream: streaming.StreamingModel) -> float:
+  """From one placed clip's centre to the next: the model's window of background on either side, and a gap."""
+  return 2 * stream.window_samples / stream.sample_rate + GAP_SECONDS
 
 
 def table(report: dict, rows: int = 8) -> str:

@@ -164,19 +164,28 @@ class StreamingModel(tf.Module):
 
   def _embed(self, frames):
     """SpeechEmbedding.call on 8 new frames, each layer's earlier inputs taken from its state."""
-    x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
-    last = len(self._kernels) - 1
-    for i, (kernel, bias) in enumerate(zip(self._kernels, self._biases)):
-      if kernel.shape[0] > 1:
-        x = tf.concat([self._state[f"conv{i}"], x], axis=1)
-        self._state[f"conv{i}"].assign(x[:, 1 - kernel.shape[0]:])
-      padding = "SAME" if kernel.shape[0] == 1 else "VALID"
-      x = tf.nn.conv2d(x, kernel, strides=1, padding=padding) + bias
-      if i == last:
-        break
-      x = speech.activation(x)
-      if i in speech.POOLS:
-        # A hop's 8 frames are the network's whole stride in time: every pool
-        # gets whole pairs, the clip network's pairs, and keeps no partial one.
-        x = tf.nn.max_pool2d(x, speech.POOLS[i], speech.POOLS[i], padding="VALID")
+    x = frames
+    for i in range(len(self._kernels)):
+      # Each layer named, so that the int8 export can keep one float, with what it reads.
+      with tf.name_scope(f"embedding{i}"):
+        if i == 0:
+          x = tf.pad(tf.expand_dims(x, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
+        x = self._layer(i, x)
     return tf.squeeze(x, axis=2)
+
+  def _layer(self, i: int, x):
+    """Embedding layer i on its new inputs (its earlier ones kept in its state), activated and pooled but the last."""
+    kernel, bias = self._kernels[i], self._biases[i]
+    if kernel.shape[0] > 1:
+      x = tf.concat([self._state[f"conv{i}"], x], axis=1)
+      self._state[f"conv{i}"].assign(x[:, 1 - kernel.shape[0]:])
+    padding = "SAME" if kernel.shape[0] == 1 else "VALID"
+    x = tf.nn.conv2d(x, kernel, strides=1, padding=padding) + bias
+    if i == len(self._kernels) - 1:
+      return x
+    x = speech.activation(x)
+    if i in speech.POOLS:
+      # A hop's 8 frames are the network's whole stride in time: every pool
+      # gets whole pairs, the clip network's pairs, and keeps no partial one.
+      x = tf.nn.max_pool2d(x, speech.POOLS[i], speech.POOLS[i], padding="VALID")
+    return x

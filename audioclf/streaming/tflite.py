@@ -2,9 +2,18 @@
 
   <export_dir>/stream.tflite           float
   <export_dir>/stream_dynamic.tflite   int8 weights, float activations
-  <export_dir>/stream_int8.tflite      int8 weights and activations but SpeechMel's and the head's
-                                       normalization, calibrated on training clips
+  <export_dir>/stream_int8.tflite      int8 weights and activations but for FLOAT_SCOPES,
+                                       calibrated on training clips in the training noise
   <export_dir>/stream.json             sample_rate, hop_samples, labels, threshold, smoothing
+
+int8 keeps SpeechMel float (a power spectrum's 100 dB), the embedding's
+first layer with its input, and the head's normalization. The first layer
+finds small differences between neighbouring log-mel levels whose common
+part, the sound's loudness, is large: in int8 its input moves in steps of
+about half a dB and its rounded weights no longer cancel that common part,
+an error the layers after it carry to the output, most on broadband noise.
+Calibration plays the training clips in the data's background recordings,
+as a stream brings them, not clean clips end to end.
 
 The state (the audio tail, each time convolution's earlier inputs, the
 peaks, the head's embeddings) lives in TFLite resource variables
@@ -31,13 +40,14 @@ from audioclf.data import manifest as manifest_lib
 from audioclf.model import model_dir as model_dir_lib
 from audioclf.model.speech import layers as speech
 from audioclf.params import ParamError
+from audioclf.streaming import background, quality
 from audioclf.streaming import detector as detector_lib
 from audioclf.streaming import model as streaming
 
 FILE_NAMES = {"none": "stream.tflite", "dynamic": "stream_dynamic.tflite",
               "int8": "stream_int8.tflite"}
-# What int8 keeps in float: a power spectrum's 100 dB, and the embedding's normalization.
-FLOAT_SCOPES = re.compile(r"(^|/)(speech_mel|head_norm)(_\d+)?/")
+# The name scopes whose ops int8 keeps in float (the module docstring says why).
+FLOAT_SCOPES = re.compile(r"(^|/)(speech_mel|embedding0|head_norm)(_\d+)?/")
 SIDECAR = "stream.json"
 CHECK_HOPS = 60  # Hops of test audio each file is checked on: past the head's whole window.
 
@@ -49,8 +59,8 @@ def convert(stream: streaming.StreamingModel, quantize: str = "none",
   Args:
     stream: the streaming model.
     quantize: "none", "dynamic" (int8 weights) or "int8" (int8 weights and
-      activations, calibrated on `calibration` hops [n, 1280]; SpeechMel and
-      the head's normalization stay float, as in the clip model's export).
+      activations, calibrated on `calibration` hops [n, 1280]; FLOAT_SCOPES
+      stay float).
     calibration: hops of real audio, for int8.
 
   Raises:
@@ -101,13 +111,26 @@ def _converter(stream: streaming.StreamingModel, saved: str) -> tf.lite.TFLiteCo
   return converter
 
 
-def calibration_hops(model_dir: str, clips: int) -> np.ndarray:
-  """Hops [n, 1280] of up to `clips` training clips of model_dir's data, end to end."""
+def calibration_hops(stream: streaming.StreamingModel, model_dir: str, clips: int) -> np.ndarray:
+  """Hops [n, 1280] of a stream as the model hears one: up to `clips` training clips in the training noise.
+
+  The clips go into the data's background recordings as evaluate --background
+  places keywords (background.spacing_seconds apart, at KEYWORD_SNR_DB), so
+  that calibration meets the levels a stream's noise sets; without
+  recordings, the clips play end to end.
+  """
   params = model_dir_lib.read_params(model_dir)
-  files = manifest_lib.load(params).files("train")
+  manifest = manifest_lib.load(params)
+  files = manifest.files("train")
   chosen = [files[i] for i in np.linspace(0, len(files) - 1, min(clips, len(files)), dtype=int)]
-  audio = np.concatenate([decode.decode_file(e.path, speech.SAMPLE_RATE)
-                          for e in chosen] or [np.zeros(0, np.float32)])
+  audio = [decode.decode_file(e.path, speech.SAMPLE_RATE) for e in chosen]
+  noise = [decode.decode_file(e.path, speech.SAMPLE_RATE) for e in manifest.noise]
+  if noise and audio:
+    audio, _ = quality.place_keywords(np.concatenate(noise), [(a, "") for a in audio],
+                                      background.spacing_seconds(stream), speech.SAMPLE_RATE,
+                                      background.KEYWORD_SNR_DB)
+  else:
+    audio = np.concatenate(audio or [np.zeros(0, np.float32)])
   hops = len(audio) // streaming.HOP_SAMPLES
   return audio[:hops * streaming.HOP_SAMPLES].reshape(hops, streaming.HOP_SAMPLES)
 
@@ -163,7 +186,8 @@ def export(model_dir: str, export_dir: Optional[str] = None,
   stream.reset()
   expected = np.stack([stream.step(hop[None]).numpy()[0] for hop in hops])
   variants = {}
-  calibration = calibration_hops(model_dir, calibration_clips) if "int8" in quantizations else None
+  calibration = (calibration_hops(stream, model_dir, calibration_clips)
+                 if "int8" in quantizations else None)
   for quantize in quantizations:
     content = convert(stream, quantize, calibration)
     with open(os.path.join(export_dir, FILE_NAMES[quantize]), "wb") as f:
