@@ -71,14 +71,19 @@ def test_the_check_reports_each_variant(exported):
   assert "model_int8.tflite" in table and "targets:" in table
 
 
-def test_int8_keeps_the_front_end_float_and_the_rest_integer(exported):
-  _, result = exported
-  content = open(os.path.join(result["export_dir"], tflite.FILE_NAMES["int8"]), "rb").read()
-  interpreter = compat.tflite_interpreter(content)
+def tensor_kinds(path: str):
+  """(an allocated interpreter of the .tflite at `path`, {dtype: its tensors' names})."""
+  interpreter = compat.tflite_interpreter(open(path, "rb").read())
   interpreter.allocate_tensors()
   kinds = {}
   for detail in interpreter.get_tensor_details():
     kinds.setdefault(detail["dtype"], []).append(detail["name"])
+  return interpreter, kinds
+
+
+def test_int8_keeps_the_front_end_float_and_the_rest_integer(exported):
+  _, result = exported
+  interpreter, kinds = tensor_kinds(os.path.join(result["export_dir"], tflite.FILE_NAMES["int8"]))
   assert any("conv" in name.lower() for name in kinds.get(np.int8, []))  # The body is int8...
   assert not any("log_mel" in name for name in kinds.get(np.int8, []))  # ...the front end float.
   assert interpreter.get_input_details()[0]["dtype"] == np.float32

@@ -13,7 +13,8 @@ stops the export with UnsupportedOpsError naming it.
            the front end (LogMelSpectrogram or SpeechMel, and the LayerNormalization
            after it), which stays float: a spectrum's magnitudes span over
            100 dB, and an 8-bit linear scale keeps only the loudest bins
-           (quantized too, the demo model agreed with itself on 62% of clips).
+           (quantized too, the demo model agreed with itself on 62% of clips);
+           the speech embedding's first layer stays float too.
            Its input and output stay float32, so it drops in for the others.
 
 The model converted is the trained one with its mel projection written
@@ -201,6 +202,10 @@ def _convert(step: Callable):
 def _float_nodes(model, float_model: bytes) -> list[str]:
   """Tensor names of the float model that belong to FLOAT_LAYERS, for the int8 denylist."""
   names = [layer.name for layer in model.layers if isinstance(layer, FLOAT_LAYERS)]
+  if any(isinstance(layer, SpeechEmbedding) for layer in model.layers):
+    # Its first layer reads log-mel levels whose shared part (the loudness) 8 bits
+    # cannot cancel: quantized, it moved noise's probabilities (docs/streaming.md).
+    names.append(speech.layer_scope(0))
   # A name scope may carry a suffix (log_mel_1) where the graph was traced twice.
   inside = re.compile("|".join(rf"(^|/){re.escape(name)}(_\d+)?/" for name in names))
   tensors = [t["name"] for t in compat.tflite_interpreter(float_model).get_tensor_details()]

@@ -167,7 +167,7 @@ class StreamingModel(tf.Module):
     x = frames
     for i in range(len(self._kernels)):
       # Each layer named, so that the int8 export can keep one float, with what it reads.
-      with tf.name_scope(f"embedding{i}"):
+      with tf.name_scope(speech.layer_scope(i)):
         if i == 0:
           x = tf.pad(tf.expand_dims(x, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
         x = self._layer(i, x)

@@ -114,6 +114,11 @@ class SpeechMel(keras.layers.Layer):
     return config
 
 
+def layer_scope(i: int) -> str:
+  """The name scope of the embedding network's layer i: an export can keep one layer in float."""
+  return f"embedding{i}"
+
+
 @keras.saving.register_keras_serializable(package="audioclf")
 class SpeechEmbedding(keras.layers.Layer):
   """Scaled log-mel frames [batch, frames, 32] -> embeddings [batch, num_embeddings(frames), 96].
@@ -165,7 +170,8 @@ class SpeechEmbedding(keras.layers.Layer):
 
   def frozen_part(self, frames):
     """The activations [batch, time, bins, channels] where the trained blocks begin (or the last conv's)."""
-    x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
+    with tf.name_scope(layer_scope(0)):  # What the first layer reads is named with it.
+      x = tf.pad(tf.expand_dims(frames, -1), [[0, 0], [0, 0], [1, 1], [0, 0]])
     return self._convs(x, 0, self.first_trained)
 
   def trained_part(self, x):
@@ -175,16 +181,21 @@ class SpeechEmbedding(keras.layers.Layer):
   def _convs(self, x, start: int, stop: int):
     """Conv layers start .. stop - 1, each with its activation and pool (the last conv has none)."""
     for i in range(start, stop):
-      kernel, bias = getattr(self, f"conv{i}_kernel"), getattr(self, f"conv{i}_bias")
-      # A (1, 3) kernel keeps the frequency bins (padding them), a (3, 1) or
-      # (3, 3) one reads whole frames only: no frame is ever padded in time.
-      padding = "SAME" if kernel.shape[0] == 1 else "VALID"
-      x = tf.nn.conv2d(x, kernel * self.scale, strides=1, padding=padding) + bias * self.scale
-      if i == shipped.CONV_LAYERS - 1:
-        break
-      x = activation(x)
-      if i in POOLS:
-        x = tf.nn.max_pool2d(x, POOLS[i], POOLS[i], padding="VALID")
+      with tf.name_scope(layer_scope(i)):
+        x = self._layer(i, x)
+    return x
+
+  def _layer(self, i: int, x):
+    kernel, bias = getattr(self, f"conv{i}_kernel"), getattr(self, f"conv{i}_bias")
+    # A (1, 3) kernel keeps the frequency bins (padding them), a (3, 1) or
+    # (3, 3) one reads whole frames only: no frame is ever padded in time.
+    padding = "SAME" if kernel.shape[0] == 1 else "VALID"
+    x = tf.nn.conv2d(x, kernel * self.scale, strides=1, padding=padding) + bias * self.scale
+    if i == shipped.CONV_LAYERS - 1:
+      return x
+    x = activation(x)
+    if i in POOLS:
+      x = tf.nn.max_pool2d(x, POOLS[i], POOLS[i], padding="VALID")
     return x
 
   def compute_output_shape(self, input_shape):
