@@ -47,7 +47,7 @@ from audioclf.streaming import model as streaming
 FILE_NAMES = {"none": "stream.tflite", "dynamic": "stream_dynamic.tflite",
               "int8": "stream_int8.tflite"}
 # The name scopes whose ops int8 keeps in float (the module docstring says why).
-FLOAT_SCOPES = re.compile(r"(^|/)(speech_mel|embedding0|head_norm)(_\d+)?/")
+FLOAT_SCOPES = re.compile(rf"(^|/)(speech_mel|{speech.layer_scope(0)}|head_norm)(_\d+)?/")
 SIDECAR = "stream.json"
 CHECK_HOPS = 60  # Hops of test audio each file is checked on: past the head's whole window.
 
